@@ -1,0 +1,84 @@
+/* lull: a memory allocator whose request threads never pay for giving
+ * memory back to the kernel. Link with -llull (or LD_PRELOAD=liblull.so) and
+ * the standard malloc family is lull's; the lull_* names below are always
+ * available, also in builds that do not replace malloc. */
+#ifndef LULL_H
+#define LULL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LULL_VERSION_MAJOR 0
+#define LULL_VERSION_MINOR 1
+#define LULL_VERSION_PATCH 0
+#define LULL_VERSION ((LULL_VERSION_MAJOR * 10000) + (LULL_VERSION_MINOR * 100) + LULL_VERSION_PATCH)
+#define LULL_VERSION_STRING "0.1.0"
+
+#if defined(__GNUC__)
+#define LULL_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
+#define LULL_EXPORT __attribute__((visibility("default")))
+#else
+#define LULL_MALLOC_ATTR
+#define LULL_EXPORT
+#endif
+
+/* The malloc family. Out of memory: NULL with errno ENOMEM. */
+LULL_EXPORT void *lull_malloc(size_t size) LULL_MALLOC_ATTR;
+LULL_EXPORT void *lull_calloc(size_t count, size_t size) LULL_MALLOC_ATTR;
+LULL_EXPORT void *lull_realloc(void *p, size_t size);
+LULL_EXPORT void *lull_reallocarray(void *p, size_t count, size_t size);
+LULL_EXPORT void lull_free(void *p);
+/* Free with the size that was asked for (or any size up to the usable size);
+ * lull checks it against the block and aborts on a mismatch. */
+LULL_EXPORT void lull_free_sized(void *p, size_t size);
+LULL_EXPORT void lull_free_aligned_sized(void *p, size_t alignment, size_t size);
+LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) LULL_MALLOC_ATTR;
+LULL_EXPORT int lull_posix_memalign(void **out, size_t alignment, size_t size);
+LULL_EXPORT size_t lull_usable_size(const void *p);
+/* Does lull own this pointer (a live or free block of one of its segments
+ * or huge mappings)? */
+LULL_EXPORT bool lull_owns(const void *p);
+
+LULL_EXPORT const char *lull_version(void);
+
+/* Configuration. Keys as in LULL_CONF (see docs/configuration.md):
+ * purge_delay_ms, purge_mode, backend, refault_monitor, reclaim_cpu, numa,
+ * numa_nodes, counter_page, verbose, strict_checks, warm_reserve_mb,
+ * inline_purge. Returns false (after one message on stderr) for an unknown
+ * key or a bad value. Keys that shape start-up (backend, reclaim_cpu, numa,
+ * counter_page) only take effect before the first allocation. */
+LULL_EXPORT bool lull_configure(const char *key, const char *value);
+/* The purge delay may change at any time: -1 never purges, 0 purges as soon
+ * as the reclaim thread sees a free slice, > 0 waits that many ms, -2 is the
+ * adaptive policy. */
+LULL_EXPORT void lull_set_purge_delay_ms(long ms);
+LULL_EXPORT long lull_purge_delay_ms(void);
+
+/* Ask the reclaim thread to run a tick now and wait until it has (for tests
+ * and for servers that know they just went idle). Returns false when no
+ * reclaim thread runs. */
+LULL_EXPORT bool lull_reclaim_now(void);
+
+/* Give this thread's cached free memory back to its arena (it stays mapped
+ * until the reclaim thread purges it). */
+LULL_EXPORT void lull_thread_collect(void);
+
+/* Bind the calling thread's future allocations to a NUMA node (-1: back to
+ * its current CPU's node). */
+LULL_EXPORT int lull_thread_set_node(int node);
+
+/* In-process statistics; see lull/counters.h for the meaning of each field. */
+struct lull_counters;
+LULL_EXPORT int lull_stats(struct lull_counters *out);
+/* A readable summary, like malloc_stats(), to fd (2 if fd < 0). */
+LULL_EXPORT void lull_print_stats(int fd);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

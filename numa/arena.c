@@ -1,0 +1,262 @@
+/* Node arenas and slice-state transitions; see arena.h for the invariant. */
+#include "numa/arena.h"
+#include "src/bitmap.h"
+#include "src/os.h"
+#include "src/segment_map.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+lull_arena lull_arenas[LULL_MAX_NODES];
+int lull_arena_count = 1;
+void (*lull_segment_prepare_hook)(void *segment, size_t len, int node);
+
+static struct timespec start_time;
+
+uint32_t lull_now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    return (uint32_t)((t.tv_sec - start_time.tv_sec) * 1000 +
+                      (t.tv_nsec - start_time.tv_nsec) / 1000000);
+}
+
+void lull_arenas_init(int nodes) {
+    if (nodes < 1) nodes = 1;
+    if (nodes > LULL_MAX_NODES) nodes = LULL_MAX_NODES;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &start_time);
+    start_time.tv_sec -= 1; /* so that "now" is never 0 */
+    for (int i = 0; i < LULL_MAX_NODES; i++) {
+        pthread_mutex_init(&lull_arenas[i].lock, NULL);
+        lull_arenas[i].node = i;
+    }
+    lull_arena_count = nodes;
+}
+
+static lull_segment *segment_create(lull_arena *a) {
+    lull_segment *s = lull_os_segment_map();
+    if (!s) return NULL;
+    if (lull_segment_prepare_hook) lull_segment_prepare_hook(s, LULL_SEGMENT_SIZE, a->node);
+    /* fresh anonymous memory is zero: only non-zero fields are written */
+    s->magic = LULL_SEGMENT_MAGIC;
+    s->arena = a;
+    s->node = a->node;
+    s->index = atomic_load(&a->segment_count);
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
+        atomic_store_explicit(&s->maps.clean[w], ~(uint64_t)0, memory_order_relaxed);
+    atomic_fetch_and(&s->maps.clean[0], ~(uint64_t)((1u << LULL_META_SLICES) - 1));
+    s->next = atomic_load(&a->segments);
+    lull_segment_map_set((uintptr_t)s, true);
+    atomic_store_explicit(&a->segments, s, memory_order_release);
+    atomic_fetch_add(&a->segment_count, 1);
+    return s;
+}
+
+/* Try to claim slices [first, first+n) of s from the free maps. All or
+ * nothing: bits taken before a failure are put back where they came from. */
+static bool claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed) {
+    uint64_t got_dirty[LULL_SLICE_WORDS] = {0}, got_clean[LULL_SLICE_WORDS] = {0},
+             got_warm[LULL_SLICE_WORDS] = {0}, was_lazy[LULL_SLICE_WORDS] = {0};
+    bool ok = true;
+    for (unsigned i = first; i < first + n;) {
+        unsigned w = i / 64, off = i % 64;
+        unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;
+        uint64_t mask = lull_bits_mask(off, cnt);
+        uint64_t rest = mask;
+        got_dirty[w] = atomic_fetch_and(&s->maps.dirty[w], ~rest) & rest;
+        rest &= ~got_dirty[w];
+        if (rest) {
+            got_warm[w] = atomic_fetch_and(&s->maps.warm[w], ~rest) & rest;
+            rest &= ~got_warm[w];
+        }
+        if (rest) {
+            got_clean[w] = atomic_fetch_and(&s->maps.clean[w], ~rest) & rest;
+            rest &= ~got_clean[w];
+        }
+        if (rest) {
+            ok = false;
+            break;
+        }
+        i += cnt;
+    }
+    if (!ok) {
+        for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+            if (got_dirty[w]) atomic_fetch_or(&s->maps.dirty[w], got_dirty[w]);
+            if (got_warm[w]) atomic_fetch_or(&s->maps.warm[w], got_warm[w]);
+            if (got_clean[w]) atomic_fetch_or(&s->maps.clean[w], got_clean[w]);
+        }
+        return false;
+    }
+    bool zero = true;
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+        if (got_dirty[w]) zero = false;
+        if (got_clean[w]) {
+            was_lazy[w] = atomic_fetch_and(&s->maps.lazy[w], ~got_clean[w]) & got_clean[w];
+            if (was_lazy[w]) zero = false;
+        }
+    }
+    *zeroed = zero;
+    return true;
+}
+
+static int find_in_segment(lull_segment *s, unsigned n, int pass) {
+    uint64_t avail[LULL_SLICE_WORDS];
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+        uint64_t d = atomic_load_explicit(&s->maps.dirty[w], memory_order_relaxed);
+        uint64_t wm = atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed);
+        uint64_t c = atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed);
+        avail[w] = pass == 0 ? d : pass == 1 ? (d | wm) : (d | wm | c);
+    }
+    return lull_bitmap_find_run(avail, LULL_META_SLICES, n);
+}
+
+static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
+    for (unsigned i = 0; i < n; i++) {
+        lull_span *d = &s->slices[first + i];
+        d->head_offset = (uint16_t)i;
+        if (i) d->kind = LULL_SPAN_NONE;
+    }
+    lull_span *head = &s->slices[first];
+    head->slice_count = (uint16_t)n;
+}
+
+lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
+    pthread_mutex_lock(&a->lock);
+    /* dirty memory is resident already: reuse it first; then the warm
+     * reserve; then clean (purged or fresh) slices */
+    for (int pass = 0; pass < 3; pass++) {
+        lull_segment *first = a->hint ? a->hint : atomic_load(&a->segments);
+        lull_segment *s = first;
+        for (int wrapped = 0; s && !(wrapped && s == first);) {
+            for (int tries = 0; tries < 4; tries++) {
+                int idx = find_in_segment(s, n, pass);
+                if (idx < 0) break;
+                if (claim_run(s, (unsigned)idx, n, zeroed)) {
+                    a->hint = s;
+                    pthread_mutex_unlock(&a->lock);
+                    span_init_slices(s, (unsigned)idx, n);
+                    return &s->slices[idx];
+                }
+                /* the reclaim thread claimed part of it meanwhile: look again */
+            }
+            s = s->next;
+            if (!s && !wrapped) {
+                s = atomic_load(&a->segments);
+                wrapped = 1;
+            }
+        }
+    }
+    lull_segment *s = segment_create(a);
+    if (!s) {
+        pthread_mutex_unlock(&a->lock);
+        errno = ENOMEM;
+        return NULL;
+    }
+    bool ok = claim_run(s, LULL_META_SLICES, n, zeroed);
+    a->hint = s;
+    pthread_mutex_unlock(&a->lock);
+    if (!ok) return NULL; /* cannot happen: nobody else sees the new segment's slices yet */
+    span_init_slices(s, LULL_META_SLICES, n);
+    return &s->slices[LULL_META_SLICES];
+}
+
+void lull_arena_free_span(lull_span *span) {
+    lull_segment *s = (lull_segment *)((uintptr_t)span & ~LULL_SEGMENT_MASK);
+    unsigned first = (unsigned)(span - s->slices);
+    unsigned n = span->slice_count;
+    span->kind = LULL_SPAN_NONE;
+    atomic_store_explicit(&span->heap, NULL, memory_order_relaxed);
+    uint32_t now = lull_now_ms();
+    for (unsigned i = first; i < first + n; i++)
+        atomic_store_explicit(&s->freed_ms[i], now, memory_order_relaxed);
+    for (unsigned i = first; i < first + n;) {
+        unsigned off = i % 64;
+        unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;
+        atomic_fetch_or_explicit(&s->maps.dirty[i / 64], lull_bits_mask(off, cnt),
+                                 memory_order_release);
+        i += cnt;
+    }
+}
+
+/* Reclaim side ------------------------------------------------------- */
+
+static size_t emit_runs(lull_segment *s, unsigned w, uint64_t bits, lull_slice_run *out,
+                        size_t max) {
+    size_t n = 0;
+    while (bits && n < max) {
+        unsigned b = (unsigned)__builtin_ctzll(bits);
+        uint64_t rest = ~(bits >> b);
+        unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
+        /* cut at 2 MiB extents, so a whole extent is one madvise */
+        unsigned slice = w * 64 + b;
+        unsigned to_extent = LULL_EXTENT_SLICES - slice % LULL_EXTENT_SLICES;
+        if (len > to_extent) len = to_extent;
+        out[n++] = (lull_slice_run){s, (uint16_t)slice, (uint16_t)len};
+        bits &= ~lull_bits_mask(b, len);
+    }
+    return n;
+}
+
+size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
+                              size_t max, size_t max_bytes) {
+    size_t n = 0, bytes = 0;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire);
+         s && n < max && bytes < max_bytes; s = s->next) {
+        for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max && bytes < max_bytes; w++) {
+            uint64_t d = atomic_load_explicit(&s->maps.dirty[w], memory_order_acquire);
+            if (!d) continue;
+            uint64_t old_enough = 0;
+            for (uint64_t bits = d; bits; bits &= bits - 1) {
+                unsigned b = (unsigned)__builtin_ctzll(bits);
+                uint32_t t = atomic_load_explicit(&s->freed_ms[w * 64 + b], memory_order_relaxed);
+                if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
+            }
+            if (!old_enough) continue;
+            /* the claim: whatever a request thread took meanwhile is not ours */
+            uint64_t got = atomic_fetch_and_explicit(&s->maps.dirty[w], ~old_enough,
+                                                     memory_order_acq_rel) &
+                           old_enough;
+            if (!got) continue;
+            atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
+            size_t before = n;
+            n += emit_runs(s, w, got, out + n, max - n);
+            for (size_t i = before; i < n; i++) bytes += (size_t)out[i].count * LULL_SLICE_SIZE;
+            /* runs that did not fit in `out`: give them back as dirty */
+            uint64_t emitted = 0;
+            for (size_t i = before; i < n; i++)
+                emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
+            uint64_t left = got & ~emitted;
+            if (left) {
+                atomic_fetch_and(&s->maps.purging[w], ~left);
+                atomic_fetch_or(&s->maps.dirty[w], left);
+            }
+        }
+    }
+    return n;
+}
+
+static void run_move(const lull_slice_run *r, _Atomic uint64_t *to, _Atomic uint64_t *also) {
+    lull_segment *s = r->segment;
+    unsigned w = r->first / 64;
+    uint64_t mask = lull_bits_mask(r->first % 64, r->count);
+    if (also) atomic_fetch_or_explicit(&also[w], mask, memory_order_relaxed);
+    atomic_fetch_or_explicit(&to[w], mask, memory_order_release);
+    atomic_fetch_and_explicit(&s->maps.purging[w], ~mask, memory_order_release);
+}
+
+void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
+    run_move(r, r->segment->maps.clean, lazy ? r->segment->maps.lazy : NULL);
+}
+
+void lull_arena_purge_failed(const lull_slice_run *r) { run_move(r, r->segment->maps.dirty, NULL); }
+
+void lull_arenas_after_fork_child(void) {
+    for (int i = 0; i < LULL_MAX_NODES; i++) {
+        pthread_mutex_init(&lull_arenas[i].lock, NULL);
+        for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
+            for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+                uint64_t p = atomic_exchange(&s->maps.purging[w], 0);
+                if (p) atomic_fetch_or(&s->maps.dirty[w], p);
+            }
+    }
+}

@@ -1,0 +1,68 @@
+/* Node arenas: the segments of one NUMA node and the state of their slices.
+ *
+ * Invariant (design.md #1): a slice is IN_USE, FREE_DIRTY, PURGING,
+ * FREE_CLEAN or WARM, recorded out of band in the segment's slice maps.
+ * Request threads move slices FREE_* -> IN_USE (lull_arena_alloc_span) and
+ * IN_USE -> FREE_DIRTY (lull_arena_free_span); only the reclaim thread moves
+ * FREE_DIRTY -> PURGING -> FREE_CLEAN (lull_arena_claim_dirty,
+ * lull_arena_purge_done), and every move is an atomic claim of the bits, so a
+ * PURGING slice is never handed out and a live block is never purged. */
+#ifndef LULL_ARENA_H
+#define LULL_ARENA_H
+
+#include "src/types.h"
+
+typedef struct lull_arena {
+    pthread_mutex_t lock;                /* request threads' span search and growth */
+    lull_segment *_Atomic segments;      /* newest first; never removed */
+    _Atomic uint32_t segment_count;
+    lull_segment *hint;                  /* where the last search succeeded */
+    int node;
+    _Atomic uint64_t fallback_allocs;    /* spans taken from another node's arena */
+} lull_arena;
+
+extern lull_arena lull_arenas[LULL_MAX_NODES];
+extern int lull_arena_count;
+
+/* Called when a segment is mapped, before it is published: NUMA binding and
+ * refault-monitor registration hook in here (whole segments, once). */
+extern void (*lull_segment_prepare_hook)(void *segment, size_t len, int node);
+
+void lull_arenas_init(int nodes);
+
+/* Take a run of `slices` slices from the arena (dirty first, then warm,
+ * then clean), mapping a new segment if none has room. Returns the head
+ * span descriptor with every slice's head_offset set, or NULL (ENOMEM).
+ * *zeroed tells whether the memory is known to be zero. */
+lull_span *lull_arena_alloc_span(lull_arena *a, unsigned slices, bool *zeroed);
+/* Give a span's slices back as FREE_DIRTY, stamped with the time. */
+void lull_arena_free_span(lull_span *span);
+
+/* Reclaim side. A run of slices claimed for purging. */
+typedef struct lull_slice_run {
+    lull_segment *segment;
+    uint16_t first, count;
+} lull_slice_run;
+
+/* Claim FREE_DIRTY slices that became free at or before `freed_before_ms`,
+ * as runs cut at 2 MiB extent boundaries, at most `max` runs and about
+ * `max_bytes`. They are PURGING on return. */
+size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
+                              size_t max, size_t max_bytes);
+/* The purge of a run finished: PURGING -> FREE_CLEAN (lazy: MADV_FREE, so
+ * not known to be zero). */
+void lull_arena_purge_done(const lull_slice_run *run, bool lazy);
+/* The purge failed: PURGING -> FREE_DIRTY, nothing lost. */
+void lull_arena_purge_failed(const lull_slice_run *run);
+/* After fork in the child: no reclaim thread survived, so any PURGING
+ * slice goes back to FREE_DIRTY. */
+void lull_arenas_after_fork_child(void);
+
+static inline void *lull_slice_address(const lull_segment *s, unsigned slice) {
+    return (char *)s + ((size_t)slice << LULL_SLICE_SHIFT);
+}
+
+/* Monotonic milliseconds since start, from the vDSO (no system call). */
+uint32_t lull_now_ms(void);
+
+#endif

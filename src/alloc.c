@@ -1,0 +1,265 @@
+/* The slow paths of malloc and free: refilling a class from its spans,
+ * taking spans from the arena, large and huge blocks, remote frees, and
+ * the checks that turn an invalid or double free into a clear abort. */
+#include "src/alloc.h"
+#include "numa/arena.h"
+#include "src/config.h"
+#include "src/huge.h"
+#include "src/message.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Carve up to a page's worth of never-used blocks into the free list: memory
+ * is touched only as it is handed out. */
+static void span_extend(lull_span *s) {
+    uint32_t left = s->capacity - s->carved;
+    uint32_t n = (uint32_t)(LULL_PAGE_SIZE / s->block_size);
+    if (n < 1) n = 1;
+    if (n > left) n = left;
+    uint8_t *start = lull_span_start(s) + (size_t)s->carved * s->block_size;
+    lull_block *first = (lull_block *)start, *b = first;
+    for (uint32_t i = 1; i < n; i++) {
+        lull_block *next = (lull_block *)((uint8_t *)b + s->block_size);
+        lull_block_set_next(b, next);
+        b = next;
+    }
+    lull_block_set_next(b, s->free);
+    s->free = first;
+    s->carved += n;
+}
+
+static lull_span *span_new(lull_heap *h, unsigned c) {
+    const lull_class_info *ci = &lull_classes[c];
+    bool zeroed;
+    lull_span *s = lull_arena_alloc_span(h->arena, ci->span_slices, &zeroed);
+    if (!s) return NULL;
+    s->free = NULL;
+    s->used = 0;
+    s->capacity = ci->capacity;
+    s->carved = 0;
+    s->block_size = ci->block_size;
+    s->size_class = (uint8_t)c;
+    s->kind = LULL_SPAN_SMALL;
+    s->in_full = 0;
+    s->zeroed = zeroed;
+    s->block_offset = 0;
+    s->requested = 0;
+    s->remote_next = NULL;
+    atomic_store_explicit(&s->thread_free, NULL, memory_order_relaxed);
+    atomic_store_explicit(&s->remote_queued, 0, memory_order_relaxed);
+    /* publish the owner last: a free() that sees this heap sees the span */
+    atomic_store_explicit(&s->heap, h, memory_order_release);
+    h->spans_taken++;
+    return s;
+}
+
+/* Find a span of class c with a free block and make it current. */
+static lull_span *class_refill(lull_heap *h, unsigned c) {
+    lull_heap_collect_remote(h);
+    lull_span_queue *q = &h->queue[c];
+    for (lull_span *s = q->head, *next; s; s = next) {
+        next = s->next;
+        if (!s->free) lull_span_collect(s);
+        if (!s->free && s->carved < s->capacity) span_extend(s);
+        if (s->free) {
+            if (s != q->head) {
+                lull_heap_queue_remove(q, s);
+                lull_heap_queue_push_front(q, s);
+            }
+            h->current[c] = s;
+            return s;
+        }
+        /* full: park it until a free comes back */
+        lull_heap_queue_remove(q, s);
+        s->in_full = 1;
+        lull_heap_queue_push_front(&h->full, s);
+    }
+    lull_span *s = span_new(h, c);
+    if (!s) {
+        h->current[c] = q->head ? q->head : &lull_span_empty;
+        return NULL;
+    }
+    span_extend(s);
+    lull_heap_queue_push_front(q, s);
+    h->current[c] = s;
+    return s;
+}
+
+static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
+    size_t pad = alignment > LULL_SLICE_SIZE ? alignment - LULL_SLICE_SIZE : 0;
+    size_t slices = (size + pad + LULL_SLICE_SIZE - 1) >> LULL_SLICE_SHIFT;
+    bool zeroed;
+    lull_span *s = lull_arena_alloc_span(h->arena, (unsigned)slices, &zeroed);
+    if (!s) return NULL;
+    uint8_t *start = lull_span_start(s);
+    uintptr_t block = ((uintptr_t)start + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    s->block_offset = (uint32_t)(block - (uintptr_t)start);
+    s->block_size = (uint32_t)(slices << LULL_SLICE_SHIFT);
+    s->capacity = 1;
+    s->used = 1;
+    s->requested = size;
+    s->zeroed = zeroed;
+    s->free = NULL;
+    atomic_store_explicit(&s->heap, NULL, memory_order_relaxed);
+    atomic_store_explicit(&s->thread_free, NULL, memory_order_relaxed);
+    __atomic_store_n(&s->kind, LULL_SPAN_LARGE, __ATOMIC_RELEASE);
+    return (void *)block;
+}
+
+static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
+    lull_heap *h = lull_heap_get_or_create();
+    if (!h) return NULL;
+    *zeroed = false;
+    if (size <= LULL_SMALL_MAX && alignment <= LULL_SLICE_SIZE) {
+        size_t asked = size < alignment ? alignment : size;
+        unsigned c = lull_class_of(asked);
+        while (c < lull_class_count && lull_classes[c].block_size % alignment) c++;
+        if (c < lull_class_count) {
+            lull_span *s = h->current[c];
+            if (!s->free && !(s = class_refill(h, c))) goto oom;
+            lull_block *b = s->free;
+            s->free = lull_block_next(b);
+            s->used++;
+            b->next_encoded = 0;
+            return b;
+        }
+    }
+    void *p;
+    if (size <= LULL_LARGE_MAX && alignment < LULL_SEGMENT_SIZE / 4) {
+        p = large_alloc(h, size, alignment < LULL_SLICE_SIZE ? LULL_SLICE_SIZE : alignment);
+        if (p) *zeroed = lull_span_of(lull_segment_of(p), p)->zeroed;
+    } else {
+        p = lull_huge_alloc(size, alignment, zeroed);
+    }
+    if (p) return p;
+oom:
+    errno = ENOMEM;
+    return NULL;
+}
+
+void *lull_malloc_slow(lull_heap *h, size_t size) {
+    (void)h;
+    bool zeroed;
+    if (size > LULL_MAX_ALLOC) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return alloc_zeroable(size, 1, &zeroed);
+}
+
+void *lull_malloc_aligned_generic(size_t alignment, size_t size) {
+    bool zeroed;
+    if (size > LULL_MAX_ALLOC || alignment > LULL_MAX_ALLOC) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return alloc_zeroable(size, alignment, &zeroed);
+}
+
+void *lull_calloc_generic(size_t size) {
+    bool zeroed;
+    if (size > LULL_MAX_ALLOC) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = alloc_zeroable(size, 1, &zeroed);
+    if (p && !zeroed) memset(p, 0, size);
+    return p;
+}
+
+/* free ----------------------------------------------------------------- */
+
+void lull_free_check_double(lull_block *b, lull_span *span) {
+    uint32_t limit = span->capacity;
+    for (lull_block *f = span->free; f && limit--; f = lull_block_next(f))
+        if (f == b) lull_fatal("free(): double free of %p (block of %u bytes)", (void *)b,
+                               span->block_size);
+}
+
+void lull_free_local_tail(lull_heap *h, lull_span *span) {
+    if (span->in_full) {
+        lull_heap_queue_remove(&h->full, span);
+        span->in_full = 0;
+        lull_heap_queue_push_front(&h->queue[span->size_class], span);
+        if (h->current[span->size_class] == &lull_span_empty ||
+            !h->current[span->size_class]->free)
+            h->current[span->size_class] = span;
+    }
+    if (span->used == 0) lull_heap_span_empty(h, span);
+}
+
+static void check_in_span(void *p, lull_span *span) {
+    size_t off = (size_t)((uint8_t *)p - lull_span_start(span));
+    if (off >= (size_t)span->capacity * span->block_size || off % span->block_size)
+        lull_fatal("free(): invalid pointer %p (not the start of a %u-byte block)", p,
+                   span->block_size);
+}
+
+static void remote_free(void *p, lull_span *span, lull_heap *owner) {
+    lull_block *b = p;
+    lull_block *old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
+    do {
+        lull_block_set_next(b, old);
+    } while (!atomic_compare_exchange_weak_explicit(&span->thread_free, &old, b,
+                                                    memory_order_release, memory_order_relaxed));
+    atomic_fetch_add_explicit(&owner->remote_frees, 1, memory_order_relaxed);
+    if (old) return; /* the owner will find this span already */
+    uint8_t expected = 0;
+    if (!atomic_compare_exchange_strong(&span->remote_queued, &expected, 1)) return;
+    lull_span *head = atomic_load_explicit(&owner->remote_spans, memory_order_relaxed);
+    do {
+        span->remote_next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&owner->remote_spans, &head, span,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+void lull_free_other(void *p, lull_span *span, lull_heap *h) {
+    (void)h;
+    lull_segment *seg = lull_segment_of(p);
+    if (seg->magic == LULL_HUGE_MAGIC) {
+        lull_huge_free((lull_huge *)seg, p);
+        return;
+    }
+    uint8_t kind = __atomic_load_n(&span->kind, __ATOMIC_ACQUIRE);
+    if (kind == LULL_SPAN_SMALL) {
+        lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_acquire);
+        if (!owner) lull_fatal("free(): invalid pointer or double free of %p (span not in use)", p);
+        if (lull_config.strict_checks) check_in_span(p, span);
+        remote_free(p, span, owner);
+        return;
+    }
+    if (kind == LULL_SPAN_LARGE) {
+        if ((uint8_t *)p != lull_span_start(span) + span->block_offset)
+            lull_fatal("free(): invalid pointer %p (inside a large block at %p)", p,
+                       (void *)(lull_span_start(span) + span->block_offset));
+        uint8_t expected = LULL_SPAN_LARGE;
+        if (!__atomic_compare_exchange_n(&span->kind, &expected, LULL_SPAN_NONE, false,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            lull_fatal("free(): double free of %p (large block)", p);
+        lull_arena_free_span(span);
+        return;
+    }
+    lull_fatal("free(): invalid pointer or double free of %p (no block there)", p);
+}
+
+void lull_free_not_segment(void *p) {
+    if (!p) return;
+    lull_fatal("free(): invalid pointer %p (not allocated by lull)", p);
+}
+
+size_t lull_usable_generic(const void *p) {
+    if (!p) return 0;
+    lull_segment *seg = lull_segment_of(p);
+    if (!lull_segment_map_has((uintptr_t)seg))
+        lull_fatal("malloc_usable_size(): invalid pointer %p (not allocated by lull)", p);
+    if (seg->magic == LULL_HUGE_MAGIC) {
+        lull_huge *h = (lull_huge *)seg;
+        return h->usable;
+    }
+    lull_span *span = lull_span_of(seg, p);
+    uint8_t kind = __atomic_load_n(&span->kind, __ATOMIC_ACQUIRE);
+    if (kind == LULL_SPAN_SMALL) return span->block_size;
+    if (kind == LULL_SPAN_LARGE) return span->block_size - span->block_offset;
+    lull_fatal("malloc_usable_size(): invalid pointer %p (no block there)", p);
+}

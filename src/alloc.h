@@ -1,0 +1,58 @@
+/* The fast paths of malloc and free, inline so that every exported entry
+ * point (malloc, lull_malloc, operator new via malloc...) is a handful of
+ * instructions: no lock, no atomic read-modify-write, no system call. */
+#ifndef LULL_ALLOC_H
+#define LULL_ALLOC_H
+
+#include "src/heap.h"
+#include "src/segment_map.h"
+#include "src/size_class.h"
+#include "src/span.h"
+
+void *lull_malloc_slow(lull_heap *h, size_t size);
+void *lull_malloc_aligned_generic(size_t alignment, size_t size);
+/* free() of a block of one of our spans that the calling thread does not
+ * own: a remote free, a large block, or an invalid / double free. */
+void lull_free_other(void *p, lull_span *span, lull_heap *h);
+/* Aborts if b is on its span's local free list (a double free). */
+void lull_free_check_double(lull_block *b, lull_span *span);
+/* After a local free made the span empty, or freed into a full span. */
+void lull_free_local_tail(lull_heap *h, lull_span *span);
+void lull_free_not_segment(void *p);
+size_t lull_usable_generic(const void *p);
+
+static inline void *lull_malloc_inline(size_t size) {
+    lull_heap *h = lull_tl_heap;
+    if (__builtin_expect(size <= 1024, 1)) {
+        lull_span *s = h->current[lull_small_class_of[(size + 7) >> 3]];
+        lull_block *b = s->free;
+        if (__builtin_expect(b != NULL, 1)) {
+            s->free = lull_block_next(b);
+            s->used++;
+            b->next_encoded = 0; /* so that its free does not look like a double free */
+            return b;
+        }
+    }
+    return lull_malloc_slow(h, size);
+}
+
+static inline void lull_free_inline(void *p) {
+    lull_segment *seg = lull_segment_of(p);
+    if (__builtin_expect(!lull_segment_map_has((uintptr_t)seg), 0)) {
+        lull_free_not_segment(p); /* NULL, huge, or not lull's */
+        return;
+    }
+    lull_span *span = lull_span_of(seg, p);
+    lull_heap *h = lull_tl_heap;
+    lull_block *b = p;
+    if (__builtin_expect(atomic_load_explicit(&span->heap, memory_order_relaxed) == h, 1)) {
+        if (__builtin_expect(lull_block_looks_free(b), 0)) lull_free_check_double(b, span);
+        lull_block_set_next(b, span->free);
+        span->free = b;
+        if (__builtin_expect(--span->used == 0 || span->in_full, 0)) lull_free_local_tail(h, span);
+        return;
+    }
+    lull_free_other(p, span, h);
+}
+
+#endif

@@ -1,0 +1,250 @@
+/* Configuration parsing; see config.h. Runs before anything can allocate,
+ * so it reads the environment in place and keeps no copies. */
+#include "src/config.h"
+#include "src/message.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+lull_config_t lull_config = {
+    .purge_delay_ms = LULL_PURGE_DELAY_AUTO,
+    .purge_mode = LULL_MODE_AUTO,
+    .backend = LULL_BACKEND_AUTO,
+    .refault_monitor = LULL_SWITCH_AUTO,
+    .numa = LULL_NUMA_LOCAL,
+    .counter_page = true,
+    .warm_reserve_bytes = (size_t)64 << 20,
+};
+
+static bool loaded;
+
+typedef bool (*setter)(const char *v, size_t len);
+
+static bool word_is(const char *v, size_t len, const char *word) {
+    return strlen(word) == len && strncasecmp(v, word, len) == 0;
+}
+
+static bool parse_long(const char *v, size_t len, long *out) {
+    char buf[32];
+    if (len == 0 || len >= sizeof buf) return false;
+    memcpy(buf, v, len);
+    buf[len] = 0;
+    char *end;
+    long x = strtol(buf, &end, 10);
+    if (*end) return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_bool(const char *v, size_t len, bool *out) {
+    if (word_is(v, len, "1") || word_is(v, len, "on") || word_is(v, len, "true") ||
+        word_is(v, len, "yes"))
+        return *out = true, true;
+    if (word_is(v, len, "0") || word_is(v, len, "off") || word_is(v, len, "false") ||
+        word_is(v, len, "no"))
+        return *out = false, true;
+    return false;
+}
+
+/* "0-3,6" into a bit mask of at most `limit` bits (CPUs or nodes). */
+static bool parse_list(const char *v, size_t len, void (*set)(unsigned, void *), void *arg,
+                       unsigned limit) {
+    size_t i = 0;
+    bool any = false;
+    while (i < len) {
+        if (!isdigit((unsigned char)v[i])) return false;
+        unsigned a = 0, b;
+        while (i < len && isdigit((unsigned char)v[i])) a = a * 10 + (unsigned)(v[i++] - '0');
+        b = a;
+        if (i < len && v[i] == '-') {
+            i++;
+            if (i >= len || !isdigit((unsigned char)v[i])) return false;
+            b = 0;
+            while (i < len && isdigit((unsigned char)v[i])) b = b * 10 + (unsigned)(v[i++] - '0');
+        }
+        if (b < a || b >= limit) return false;
+        for (unsigned x = a; x <= b; x++) set(x, arg);
+        any = true;
+        if (i < len) {
+            if (v[i] != ':' && v[i] != '+' && v[i] != ',') return false;
+            i++;
+        }
+    }
+    return any;
+}
+
+static void set_cpu(unsigned cpu, void *arg) { CPU_SET(cpu, (cpu_set_t *)arg); }
+static void set_node(unsigned node, void *arg) { *(uint64_t *)arg |= (uint64_t)1 << node; }
+
+static bool set_purge_delay(const char *v, size_t len) {
+    long x;
+    if (word_is(v, len, "auto")) x = LULL_PURGE_DELAY_AUTO;
+    else if (word_is(v, len, "never")) x = LULL_PURGE_DELAY_NEVER;
+    else if (!parse_long(v, len, &x) || x < -2) return false;
+    lull_config.purge_delay_ms = x;
+    return true;
+}
+static bool set_purge_mode(const char *v, size_t len) {
+    if (word_is(v, len, "auto")) lull_config.purge_mode = LULL_MODE_AUTO;
+    else if (word_is(v, len, "dontneed")) lull_config.purge_mode = LULL_MODE_DONTNEED;
+    else if (word_is(v, len, "free")) lull_config.purge_mode = LULL_MODE_FREE;
+    else return false;
+    return true;
+}
+static bool set_backend(const char *v, size_t len) {
+    if (word_is(v, len, "auto")) lull_config.backend = LULL_BACKEND_AUTO;
+    else if (word_is(v, len, "uring")) lull_config.backend = LULL_BACKEND_URING;
+    else if (word_is(v, len, "process_madvise"))
+        lull_config.backend = LULL_BACKEND_PROCESS_MADVISE;
+    else if (word_is(v, len, "madvise") || word_is(v, len, "syscall"))
+        lull_config.backend = LULL_BACKEND_MADVISE;
+    else return false;
+    return true;
+}
+static bool set_switch(lull_switch *out, const char *v, size_t len) {
+    bool b;
+    if (word_is(v, len, "auto")) *out = LULL_SWITCH_AUTO;
+    else if (parse_bool(v, len, &b)) *out = b ? LULL_SWITCH_ON : LULL_SWITCH_OFF;
+    else return false;
+    return true;
+}
+static bool set_refault(const char *v, size_t len) {
+    return set_switch(&lull_config.refault_monitor, v, len);
+}
+static bool set_reclaim_cpu(const char *v, size_t len) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (!parse_list(v, len, set_cpu, &set, CPU_SETSIZE)) return false;
+    lull_config.reclaim_cpus = set;
+    lull_config.reclaim_cpus_set = true;
+    return true;
+}
+static bool set_numa(const char *v, size_t len) {
+    if (word_is(v, len, "local")) lull_config.numa = LULL_NUMA_LOCAL;
+    else if (word_is(v, len, "interleave")) lull_config.numa = LULL_NUMA_INTERLEAVE;
+    else if (word_is(v, len, "bind")) lull_config.numa = LULL_NUMA_BIND;
+    else if (word_is(v, len, "off")) lull_config.numa = LULL_NUMA_OFF;
+    else return false;
+    return true;
+}
+static bool set_numa_nodes(const char *v, size_t len) {
+    uint64_t mask = 0;
+    if (!parse_list(v, len, set_node, &mask, 64)) return false;
+    lull_config.numa_nodes = mask;
+    return true;
+}
+static bool set_counter_page(const char *v, size_t len) {
+    bool b;
+    if (parse_bool(v, len, &b)) {
+        lull_config.counter_page = b;
+        lull_config.counter_page_name[0] = 0;
+        return true;
+    }
+    if (len == 0 || len >= sizeof lull_config.counter_page_name - 1) return false;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)v[i]) && v[i] != '.' && v[i] != '_' && v[i] != '-')
+            return false;
+    lull_config.counter_page = true;
+    lull_config.counter_page_name[0] = '/';
+    memcpy(lull_config.counter_page_name + 1, v, len);
+    lull_config.counter_page_name[len + 1] = 0;
+    return true;
+}
+static bool set_verbose(const char *v, size_t len) { return parse_bool(v, len, &lull_config.verbose); }
+static bool set_strict(const char *v, size_t len) {
+    return parse_bool(v, len, &lull_config.strict_checks);
+}
+static bool set_inline_purge(const char *v, size_t len) {
+    return parse_bool(v, len, &lull_config.inline_purge);
+}
+static bool set_warm(const char *v, size_t len) {
+    long x;
+    if (!parse_long(v, len, &x) || x < 0 || x > (1L << 20)) return false;
+    lull_config.warm_reserve_bytes = (size_t)x << 20;
+    return true;
+}
+
+static const struct {
+    const char *key;
+    setter set;
+    const char *expect;
+} keys[] = {
+    {"purge_delay_ms", set_purge_delay, "auto, never, or milliseconds >= -1"},
+    {"purge_mode", set_purge_mode, "auto, dontneed or free"},
+    {"backend", set_backend, "auto, uring, process_madvise or madvise"},
+    {"refault_monitor", set_refault, "auto, on or off"},
+    {"reclaim_cpu", set_reclaim_cpu, "a CPU list such as 3 or 2-3 (':' between ranges)"},
+    {"numa", set_numa, "local, interleave, bind or off"},
+    {"numa_nodes", set_numa_nodes, "a node list such as 0-1"},
+    {"counter_page", set_counter_page, "on, off or a name of [A-Za-z0-9._-]"},
+    {"verbose", set_verbose, "on or off"},
+    {"strict_checks", set_strict, "on or off"},
+    {"warm_reserve_mb", set_warm, "MiB, 0 to 1048576"},
+    {"inline_purge", set_inline_purge, "on or off"},
+};
+
+static bool set_one(const char *key, size_t klen, const char *v, size_t vlen, const char *origin) {
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (strlen(keys[i].key) != klen || strncasecmp(keys[i].key, key, klen) != 0) continue;
+        if (keys[i].set(v, vlen)) return true;
+        lull_message("%s: bad value '%.*s' for %s (expected %s); using the default", origin,
+                     (int)vlen, v, keys[i].key, keys[i].expect);
+        return false;
+    }
+    lull_message("%s: unknown key '%.*s'; ignored", origin, (int)klen, key);
+    return false;
+}
+
+bool lull_config_set(const char *key, const char *value) {
+    if (!key || !value) return false;
+    return set_one(key, strlen(key), value, strlen(value), "lull_configure");
+}
+
+void lull_config_load(void) {
+    if (loaded) return;
+    loaded = true;
+    const char *conf = getenv("LULL_CONF");
+    while (conf && *conf) {
+        size_t len = strcspn(conf, ",");
+        const char *eq = memchr(conf, '=', len);
+        if (eq) set_one(conf, (size_t)(eq - conf), eq + 1, len - (size_t)(eq - conf) - 1, "LULL_CONF");
+        else if (len) lull_message("LULL_CONF: '%.*s' is not key=value; ignored", (int)len, conf);
+        conf += len;
+        if (*conf == ',') conf++;
+    }
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char name[48] = "LULL_";
+        size_t k = 5;
+        for (const char *c = keys[i].key; *c && k < sizeof name - 1; c++)
+            name[k++] = (char)toupper((unsigned char)*c);
+        name[k] = 0;
+        const char *v = getenv(name);
+        if (v) set_one(keys[i].key, strlen(keys[i].key), v, strlen(v), name);
+    }
+}
+
+size_t lull_config_format(char *buf, size_t len) {
+    static const char *modes[] = {"auto", "dontneed", "free"};
+    static const char *backends[] = {"auto", "uring", "process_madvise", "madvise"};
+    static const char *switches[] = {"auto", "on", "off"};
+    static const char *numas[] = {"local", "interleave", "bind", "off"};
+    char delay[24];
+    if (lull_config.purge_delay_ms == LULL_PURGE_DELAY_AUTO) snprintf(delay, sizeof delay, "auto");
+    else snprintf(delay, sizeof delay, "%ld", lull_config.purge_delay_ms);
+    int n = snprintf(buf, len,
+                     "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
+                     "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
+                     "inline_purge=%d,reclaim_cpu=%s",
+                     delay, modes[lull_config.purge_mode], backends[lull_config.backend],
+                     switches[lull_config.refault_monitor], numas[lull_config.numa],
+                     lull_config.counter_page ? (lull_config.counter_page_name[0]
+                                                     ? lull_config.counter_page_name + 1
+                                                     : "on")
+                                              : "off",
+                     lull_config.verbose, lull_config.strict_checks,
+                     lull_config.warm_reserve_bytes >> 20, lull_config.inline_purge,
+                     lull_config.reclaim_cpus_set ? "set" : "any");
+    return n < 0 ? 0 : (size_t)n;
+}

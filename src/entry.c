@@ -1,0 +1,169 @@
+/* The exported entry points: the lull_* API, and (LULL_OVERRIDE builds) the
+ * standard malloc family under its own names, so that -llull and
+ * LD_PRELOAD=liblull.so both replace the system allocator. */
+#include "lull.h"
+#include "src/alloc.h"
+#include "src/huge.h"
+#include "src/message.h"
+
+#include <errno.h>
+#include <string.h>
+
+void *lull_calloc_generic(size_t size);
+
+LULL_EXPORT void *lull_malloc(size_t size) { return lull_malloc_inline(size); }
+
+LULL_EXPORT void lull_free(void *p) { lull_free_inline(p); }
+
+LULL_EXPORT void *lull_calloc(size_t count, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (total <= 1024) {
+        void *p = lull_malloc_inline(total);
+        if (p) memset(p, 0, total);
+        return p;
+    }
+    return lull_calloc_generic(total);
+}
+
+LULL_EXPORT size_t lull_usable_size(const void *p) {
+    if (!p) return 0;
+    lull_segment *seg = lull_segment_of(p);
+    if (lull_segment_map_has((uintptr_t)seg) && seg->magic == LULL_SEGMENT_MAGIC) {
+        lull_span *span = lull_span_of(seg, p);
+        if (span->kind == LULL_SPAN_SMALL) return span->block_size;
+    }
+    return lull_usable_generic(p);
+}
+
+LULL_EXPORT bool lull_owns(const void *p) {
+    if (!p) return false;
+    lull_segment *seg = lull_segment_of(p);
+    return lull_segment_map_has((uintptr_t)seg);
+}
+
+LULL_EXPORT void *lull_realloc(void *p, size_t size) {
+    if (!p) return lull_malloc_inline(size);
+    if (size == 0) { /* as glibc: free and return NULL */
+        lull_free_inline(p);
+        return NULL;
+    }
+    size_t usable = lull_usable_size(p);
+    /* keep the block when the new size fits and does not waste over half */
+    if (size <= usable && size >= usable / 2) return p;
+    if (size <= usable && usable > LULL_SMALL_MAX && size > LULL_SMALL_MAX) return p;
+    void *q = lull_malloc_inline(size);
+    if (!q) return NULL; /* p is untouched, as the standard asks */
+    memcpy(q, p, size < usable ? size : usable);
+    lull_free_inline(p);
+    return q;
+}
+
+LULL_EXPORT void *lull_reallocarray(void *p, size_t count, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return lull_realloc(p, total);
+}
+
+static bool power_of_two(size_t x) { return x && !(x & (x - 1)); }
+
+LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) {
+    if (!power_of_two(alignment)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (alignment <= 8) return lull_malloc_inline(size);
+    return lull_malloc_aligned_generic(alignment, size);
+}
+
+LULL_EXPORT int lull_posix_memalign(void **out, size_t alignment, size_t size) {
+    if (!power_of_two(alignment) || alignment % sizeof(void *)) return EINVAL;
+    void *p = lull_aligned_alloc(alignment, size);
+    if (!p) return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+/* The class (or large/huge kind) a request of this size and alignment gets,
+ * compared with the block's: a sized free that names the wrong size is a
+ * caller bug that would otherwise corrupt accounting silently. */
+static void check_size(void *p, size_t alignment, size_t size) {
+    size_t usable = lull_usable_size(p);
+    if (size > usable)
+        lull_fatal("free_sized(): size %zu is larger than block %p (%zu usable bytes)", size, p,
+                   usable);
+    lull_segment *seg = lull_segment_of(p);
+    if (seg->magic != LULL_SEGMENT_MAGIC) return;
+    lull_span *span = lull_span_of(seg, p);
+    if (span->kind != LULL_SPAN_SMALL) return;
+    size_t asked = size < alignment ? alignment : size;
+    unsigned c = lull_class_of(asked);
+    while (c < lull_class_count && lull_classes[c].block_size % alignment) c++;
+    if (c != span->size_class)
+        lull_fatal("free_sized(): size %zu does not match block %p of %u bytes", size, p,
+                   span->block_size);
+}
+
+LULL_EXPORT void lull_free_sized(void *p, size_t size) {
+    if (!p) return;
+    check_size(p, 1, size);
+    lull_free_inline(p);
+}
+
+LULL_EXPORT void lull_free_aligned_sized(void *p, size_t alignment, size_t size) {
+    if (!p) return;
+    check_size(p, alignment <= 8 ? 1 : alignment, size);
+    lull_free_inline(p);
+}
+
+LULL_EXPORT const char *lull_version(void) { return LULL_VERSION_STRING; }
+
+#ifdef LULL_OVERRIDE
+#define EXPORT_AS(name) __attribute__((visibility("default"), alias(#name)))
+/* the aliases are the same functions: their attributes need not repeat */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmissing-attributes"
+#endif
+LULL_EXPORT void *malloc(size_t size) EXPORT_AS(lull_malloc);
+LULL_EXPORT void free(void *p) EXPORT_AS(lull_free);
+LULL_EXPORT void *calloc(size_t count, size_t size) EXPORT_AS(lull_calloc);
+LULL_EXPORT void *realloc(void *p, size_t size) EXPORT_AS(lull_realloc);
+LULL_EXPORT void *reallocarray(void *p, size_t count, size_t size) EXPORT_AS(lull_reallocarray);
+LULL_EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
+    EXPORT_AS(lull_posix_memalign);
+LULL_EXPORT size_t malloc_usable_size(void *p) EXPORT_AS(lull_usable_size);
+LULL_EXPORT void free_sized(void *p, size_t size) EXPORT_AS(lull_free_sized);
+LULL_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size)
+    EXPORT_AS(lull_free_aligned_sized);
+
+LULL_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
+    return lull_aligned_alloc(alignment, size);
+}
+
+LULL_EXPORT void *memalign(size_t alignment, size_t size) {
+    /* glibc's memalign accepts any alignment and rounds it up */
+    if (!power_of_two(alignment)) {
+        size_t a = 1;
+        while (a < alignment) a <<= 1;
+        alignment = a;
+    }
+    return lull_aligned_alloc(alignment, size);
+}
+
+LULL_EXPORT void *valloc(size_t size) { return lull_aligned_alloc(LULL_PAGE_SIZE, size); }
+
+LULL_EXPORT void *pvalloc(size_t size) {
+    size_t rounded;
+    if (__builtin_add_overflow(size, LULL_PAGE_SIZE - 1, &rounded)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return lull_aligned_alloc(LULL_PAGE_SIZE, rounded & ~(LULL_PAGE_SIZE - 1));
+}
+#endif

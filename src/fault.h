@@ -1,0 +1,42 @@
+/* Fault injection at each kernel call lull makes. A test (or LULL_FAULT in
+ * the environment, read once at start) arms a point; the next calls at that
+ * point fail as the kernel would, so every fallback is exercised by a test
+ * rather than hoped for. Disarmed, a check is one relaxed load. */
+#ifndef LULL_FAULT_H
+#define LULL_FAULT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+typedef enum {
+    LULL_FAULT_MMAP,          /* segment / huge mmap returns ENOMEM */
+    LULL_FAULT_URING_SETUP,   /* io_uring_queue_init fails */
+    LULL_FAULT_URING_SUBMIT,  /* io_uring_submit fails */
+    LULL_FAULT_URING_CQE,     /* a madvise completion reports an error */
+    LULL_FAULT_PROCESS_MADVISE,
+    LULL_FAULT_UFFD,          /* userfaultfd creation denied */
+    LULL_FAULT_PAGEMAP_SCAN,  /* PAGEMAP_SCAN unsupported */
+    LULL_FAULT_SHM_OPEN,      /* counter page cannot be created */
+    LULL_FAULT_THREAD_CREATE, /* reclaim thread cannot start */
+    LULL_FAULT_NUMA,          /* libnuma missing */
+    LULL_FAULT_COUNT
+} lull_fault_point;
+
+/* Count of calls still to fail at each point; -1 means fail forever. */
+extern _Atomic int lull_fault_armed[LULL_FAULT_COUNT];
+
+static inline bool lull_fault(lull_fault_point p) {
+    int n = atomic_load_explicit(&lull_fault_armed[p], memory_order_relaxed);
+    if (__builtin_expect(n == 0, 1)) return false;
+    if (n > 0) atomic_fetch_sub_explicit(&lull_fault_armed[p], 1, memory_order_relaxed);
+    return true;
+}
+
+/* Arm point p for the next n calls (n = -1: all of them; 0 disarms). */
+void lull_fault_arm(lull_fault_point p, int n);
+/* Parse "name[:count],name..." (names: mmap, uring_setup, uring_submit,
+ * uring_cqe, process_madvise, uffd, pagemap_scan, shm_open, thread_create,
+ * numa). */
+void lull_fault_parse(const char *spec);
+
+#endif

@@ -1,0 +1,202 @@
+/* Thread heaps; see heap.h. A heap is touched only by its owner thread,
+ * except remote_spans, the stack other threads push onto when they free into
+ * one of its spans. Heaps live in chunks mapped once and are never freed. */
+#include "src/heap.h"
+#include "numa/arena.h"
+#include "src/init.h"
+#include "src/size_class.h"
+#include "src/span.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define HEAP_CHUNK_SIZE ((size_t)1 << 20)
+
+lull_span lull_span_empty;
+lull_heap lull_heap_empty = {.current = {[0 ... LULL_CLASSES - 1] = &lull_span_empty}};
+__thread lull_heap *lull_tl_heap __attribute__((tls_model("initial-exec"))) = &lull_heap_empty;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static lull_heap *all_heaps;
+static lull_heap *abandoned[LULL_MAX_NODES];
+static uint8_t *chunk_next, *chunk_end;
+static pthread_key_t heap_key;
+
+static void heap_thread_exit(void *arg) {
+    lull_heap *h = arg;
+    if (h && h == lull_tl_heap) lull_heap_abandon(h);
+}
+
+void lull_heaps_init(void) { pthread_key_create(&heap_key, heap_thread_exit); }
+
+static lull_heap *heap_alloc_locked(void) {
+    size_t sz = (sizeof(lull_heap) + 63) & ~(size_t)63;
+    if (!chunk_next || chunk_next + sz > chunk_end) {
+        void *p = mmap(NULL, HEAP_CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        chunk_next = p;
+        chunk_end = chunk_next + HEAP_CHUNK_SIZE;
+    }
+    lull_heap *h = (lull_heap *)chunk_next;
+    chunk_next += sz;
+    for (unsigned c = 0; c < LULL_CLASSES; c++) h->current[c] = &lull_span_empty;
+    h->next_all = all_heaps;
+    all_heaps = h;
+    return h;
+}
+
+lull_heap *lull_heap_get_or_create(void) {
+    if (lull_tl_heap != &lull_heap_empty) return lull_tl_heap;
+    if (!lull_ensure_init()) return NULL;
+    int node = lull_home_node();
+    pthread_mutex_lock(&registry_lock);
+    lull_heap *h = abandoned[node];
+    if (h) abandoned[node] = h->next_abandoned;
+    else h = heap_alloc_locked();
+    pthread_mutex_unlock(&registry_lock);
+    if (!h) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    h->next_abandoned = NULL;
+    h->owner_tid = gettid();
+    h->node = node;
+    h->arena = &lull_arenas[node < lull_arena_count ? node : 0];
+    lull_tl_heap = h;
+    /* after lull_tl_heap is set: if pthread_setspecific allocates, that
+     * allocation already finds this heap */
+    pthread_setspecific(heap_key, h);
+    return h;
+}
+
+void lull_heap_queue_remove(lull_span_queue *q, lull_span *span) {
+    if (span->prev) span->prev->next = span->next;
+    else q->head = span->next;
+    if (span->next) span->next->prev = span->prev;
+    else q->tail = span->prev;
+    span->next = span->prev = NULL;
+}
+
+void lull_heap_queue_push_front(lull_span_queue *q, lull_span *span) {
+    span->prev = NULL;
+    span->next = q->head;
+    if (q->head) q->head->prev = span;
+    else q->tail = span;
+    q->head = span;
+}
+
+static void update_current(lull_heap *h, unsigned c) {
+    h->current[c] = h->queue[c].head ? h->queue[c].head : &lull_span_empty;
+}
+
+uint32_t lull_span_collect(lull_span *span) {
+    lull_block *list = atomic_exchange_explicit(&span->thread_free, NULL, memory_order_acquire);
+    if (!list) return 0;
+    uint32_t n = 1;
+    lull_block *tail = list;
+    for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next) n++;
+    lull_block_set_next(tail, span->free);
+    span->free = list;
+    span->used -= n;
+    return n;
+}
+
+void lull_heap_span_empty(lull_heap *h, lull_span *span) {
+    unsigned c = span->size_class;
+    /* a span still on the remote stack is retired when it is popped */
+    if (atomic_load_explicit(&span->remote_queued, memory_order_acquire)) return;
+    /* keep one small span per class: a thread that allocates and frees one
+     * block in a loop must not trade slices with the arena every time */
+    if (span->slice_count == 1 && h->queue[c].head == span && span->next == NULL && !span->in_full)
+        return;
+    if (span->in_full) lull_heap_queue_remove(&h->full, span);
+    else lull_heap_queue_remove(&h->queue[c], span);
+    span->in_full = 0;
+    update_current(h, c);
+    h->spans_returned++;
+    lull_arena_free_span(span);
+}
+
+static void unfull(lull_heap *h, lull_span *span) {
+    lull_heap_queue_remove(&h->full, span);
+    span->in_full = 0;
+    lull_heap_queue_push_front(&h->queue[span->size_class], span);
+    update_current(h, span->size_class);
+}
+
+void lull_heap_collect_remote(lull_heap *h) {
+    lull_span *list = atomic_exchange_explicit(&h->remote_spans, NULL, memory_order_acquire);
+    while (list) {
+        lull_span *span = list;
+        list = span->remote_next;
+        span->remote_next = NULL;
+        /* clear the flag before collecting: a free after our exchange below
+         * finds the list empty and queues the span again */
+        atomic_store_explicit(&span->remote_queued, 0, memory_order_release);
+        lull_span_collect(span);
+        if (span->in_full && span->free) unfull(h, span);
+        if (span->used == 0) lull_heap_span_empty(h, span);
+    }
+}
+
+void lull_heap_collect(lull_heap *h, bool all) {
+    lull_heap_collect_remote(h);
+    if (!all) return;
+    for (unsigned c = 0; c < LULL_CLASSES; c++) {
+        for (lull_span *s = h->queue[c].head, *next; s; s = next) {
+            next = s->next;
+            lull_span_collect(s);
+            if (s->used == 0 && !atomic_load(&s->remote_queued)) {
+                lull_heap_queue_remove(&h->queue[c], s);
+                h->spans_returned++;
+                lull_arena_free_span(s);
+            }
+        }
+        update_current(h, c);
+    }
+    for (lull_span *s = h->full.head, *next; s; s = next) {
+        next = s->next;
+        lull_span_collect(s);
+        if (s->used == 0 && !atomic_load(&s->remote_queued)) {
+            lull_heap_queue_remove(&h->full, s);
+            s->in_full = 0;
+            h->spans_returned++;
+            lull_arena_free_span(s);
+        } else if (s->free) {
+            unfull(h, s);
+        }
+    }
+}
+
+void lull_heap_abandon(lull_heap *h) {
+    lull_heap_collect(h, true);
+    lull_tl_heap = &lull_heap_empty;
+    pthread_mutex_lock(&registry_lock);
+    h->owner_tid = 0;
+    int node = h->node < LULL_MAX_NODES ? h->node : 0;
+    h->next_abandoned = abandoned[node];
+    abandoned[node] = h;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg) {
+    pthread_mutex_lock(&registry_lock);
+    for (lull_heap *h = all_heaps; h; h = h->next_all) fn(h, arg);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void lull_heaps_fork_prepare(void) { pthread_mutex_lock(&registry_lock); }
+void lull_heaps_fork_parent(void) { pthread_mutex_unlock(&registry_lock); }
+
+void lull_heaps_fork_child(void) {
+    pthread_mutex_init(&registry_lock, NULL);
+    /* The other threads' heaps may have been mid-update when fork copied
+     * them: they are never adopted in the child (their blocks stay allocated
+     * there; most children exec soon). The abandoned heaps were consistent. */
+    for (lull_heap *h = all_heaps; h; h = h->next_all)
+        if (h != lull_tl_heap && h->owner_tid != 0) h->owner_tid = -1; /* orphaned */
+    if (lull_tl_heap != &lull_heap_empty) lull_tl_heap->owner_tid = gettid();
+}

@@ -1,0 +1,40 @@
+/* Thread heaps: creation, the thread-local pointer, abandonment at thread
+ * exit and adoption by new threads (so that thread churn never grows the
+ * number of heaps beyond the peak number of live threads). */
+#ifndef LULL_HEAP_H
+#define LULL_HEAP_H
+
+#include "src/types.h"
+
+/* Every thread starts with this heap: its spans are all the empty span, so
+ * the first malloc takes the slow path, which gives the thread a real heap. */
+extern lull_heap lull_heap_empty;
+extern lull_span lull_span_empty;
+extern __thread lull_heap *lull_tl_heap;
+
+/* The calling thread's heap, created or adopted if it has none; NULL when
+ * no memory for a heap is left. */
+lull_heap *lull_heap_get_or_create(void);
+/* Collect remote frees of every span and give empty spans back. */
+void lull_heap_collect(lull_heap *h, bool all);
+/* A thread's end: collect, then leave the heap for the next new thread. */
+void lull_heap_abandon(lull_heap *h);
+/* Collect the thread-free list of one span into its local list; returns
+ * the number of blocks collected. */
+uint32_t lull_span_collect(lull_span *span);
+/* Pop the spans other threads freed into, collecting each. */
+void lull_heap_collect_remote(lull_heap *h);
+/* A span whose last block came back: keep it or give it to the arena. */
+void lull_heap_span_empty(lull_heap *h, lull_span *span);
+void lull_heap_queue_remove(lull_span_queue *q, lull_span *span);
+void lull_heap_queue_push_front(lull_span_queue *q, lull_span *span);
+
+/* Walk every heap (registry); the callback runs with the registry locked. */
+void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg);
+
+void lull_heaps_init(void);
+void lull_heaps_fork_prepare(void);
+void lull_heaps_fork_parent(void);
+void lull_heaps_fork_child(void);
+
+#endif

@@ -1,0 +1,61 @@
+/* Huge blocks; see huge.h. */
+#include "src/huge.h"
+#include "src/config.h"
+#include "src/message.h"
+#include "src/os.h"
+#include "src/segment_map.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+
+void (*lull_huge_release_hook)(lull_huge *h);
+_Atomic uint64_t lull_huge_live_bytes, lull_huge_mapped_bytes;
+
+void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed) {
+    size_t offset = alignment > LULL_PAGE_SIZE ? alignment : LULL_PAGE_SIZE;
+    if (size > LULL_MAX_ALLOC || offset > LULL_SEGMENT_SIZE) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t len = offset + ((size + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1));
+    void *base;
+    size_t map_len;
+    lull_huge *h = lull_os_huge_map(len, &base, &map_len);
+    if (!h) return NULL;
+    h->magic = LULL_HUGE_MAGIC;
+    h->map_base = base;
+    h->map_len = map_len;
+    h->size = size;
+    h->usable = (size_t)((char *)base + map_len - ((char *)h + offset));
+    h->block_offset = (uint32_t)offset;
+    atomic_store_explicit(&h->freed, 0, memory_order_relaxed);
+    lull_segment_map_set((uintptr_t)h, true);
+    atomic_fetch_add_explicit(&lull_huge_live_bytes, h->usable, memory_order_relaxed);
+    atomic_fetch_add_explicit(&lull_huge_mapped_bytes, map_len, memory_order_relaxed);
+    *zeroed = true;
+    return (char *)h + offset;
+}
+
+void lull_huge_unmap(lull_huge *h) {
+    void *base = h->map_base;
+    size_t len = h->map_len;
+    atomic_fetch_sub_explicit(&lull_huge_mapped_bytes, len, memory_order_relaxed);
+    lull_segment_map_set((uintptr_t)h, false);
+    munmap(base, len);
+}
+
+void lull_huge_free(lull_huge *h, void *p) {
+    if ((char *)p != (char *)h + h->block_offset)
+        lull_fatal("free(): invalid pointer %p (inside a huge block at %p)", p,
+                   (void *)((char *)h + h->block_offset));
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&h->freed, &expected, 1))
+        lull_fatal("free(): double free of huge block %p", p);
+    atomic_fetch_sub_explicit(&lull_huge_live_bytes, h->usable, memory_order_relaxed);
+    if (lull_huge_release_hook) {
+        lull_huge_release_hook(h);
+        return;
+    }
+    /* no reclaim module at all (a build without it): unmap here */
+    lull_huge_unmap(h);
+}

@@ -1,0 +1,19 @@
+/* Huge blocks (over LULL_LARGE_MAX): a mapping each, whose header sits at a
+ * 32 MiB boundary so the address mask finds it like a segment. Freeing one
+ * never unmaps on the calling thread: the block goes to the reclaim
+ * thread's queue and free() returns at once. */
+#ifndef LULL_HUGE_H
+#define LULL_HUGE_H
+
+#include "src/types.h"
+
+void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed);
+void lull_huge_free(lull_huge *h, void *p);
+/* Hand a freed huge block to whoever gives it back to the kernel (the
+ * reclaim thread's queue; set by reclaim/). */
+extern void (*lull_huge_release_hook)(lull_huge *h);
+/* Unmap a huge block's mapping (only ever called by the reclaim thread, or
+ * inline when configured and no reclaim thread runs). */
+void lull_huge_unmap(lull_huge *h);
+
+#endif

@@ -1,0 +1,93 @@
+/* Start-up and fork. The core initialises lazily on the first malloc
+ * (which may come from the dynamic loader, before any constructor); the
+ * modules that need threads, dlopen or files (reclaim thread, NUMA topology,
+ * counter page) start from the library constructor, never from inside a
+ * malloc that might hold a loader lock pthread_create needs. */
+#include "src/init.h"
+#include "numa/arena.h"
+#include "src/config.h"
+#include "src/fault.h"
+#include "src/heap.h"
+#include "src/message.h"
+#include "src/os.h"
+#include "src/size_class.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static _Atomic int init_state; /* 0 none, 1 running, 2 done */
+static lull_module_hooks modules[LULL_MAX_MODULES];
+static int module_count;
+static int (*home_node_fn)(void);
+
+void lull_register_module(const lull_module_hooks *hooks) {
+    if (module_count < LULL_MAX_MODULES) modules[module_count++] = *hooks;
+}
+
+int lull_home_node(void) {
+    int n = home_node_fn ? home_node_fn() : 0;
+    return n >= 0 && n < lull_arena_count ? n : 0;
+}
+
+bool lull_ensure_init(void) {
+    int s = atomic_load_explicit(&init_state, memory_order_acquire);
+    if (s == 2) return true;
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&init_state, &expected, 1)) {
+        lull_config_load();
+        const char *faults = getenv("LULL_FAULT");
+        if (faults) lull_fault_parse(faults);
+        lull_size_classes_init();
+        lull_os_init();
+        lull_arenas_init(1);
+        lull_heaps_init();
+        atomic_store_explicit(&init_state, 2, memory_order_release);
+        return true;
+    }
+    /* another thread is initialising: it allocates nothing and takes no
+     * lock, so this wait is short */
+    while (atomic_load_explicit(&init_state, memory_order_acquire) != 2) sched_yield();
+    return true;
+}
+
+static void fork_prepare(void) {
+    for (int i = module_count - 1; i >= 0; i--)
+        if (modules[i].fork_prepare) modules[i].fork_prepare();
+    lull_heaps_fork_prepare();
+    for (int i = 0; i < lull_arena_count; i++) pthread_mutex_lock(&lull_arenas[i].lock);
+}
+
+static void fork_parent(void) {
+    for (int i = lull_arena_count - 1; i >= 0; i--) pthread_mutex_unlock(&lull_arenas[i].lock);
+    lull_heaps_fork_parent();
+    for (int i = 0; i < module_count; i++)
+        if (modules[i].fork_parent) modules[i].fork_parent();
+}
+
+static void fork_child(void) {
+    lull_arenas_after_fork_child();
+    lull_heaps_fork_child();
+    for (int i = 0; i < module_count; i++)
+        if (modules[i].fork_child) modules[i].fork_child();
+}
+
+static void run_at_exit(void) {
+    for (int i = module_count - 1; i >= 0; i--)
+        if (modules[i].at_exit) modules[i].at_exit();
+}
+
+void lull_modules_register_all(void); /* modules.c: the list of modules */
+void lull_set_home_node_fn(int (*fn)(void));
+void lull_set_home_node_fn(int (*fn)(void)) { home_node_fn = fn; }
+
+__attribute__((constructor(101))) static void lull_constructor(void) {
+    lull_ensure_init();
+    lull_modules_register_all();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    for (int i = 0; i < module_count; i++)
+        if (modules[i].start) modules[i].start();
+    atexit(run_at_exit);
+    lull_verbose("%s active (pid %d)", "lull " "0.1.0", (int)getpid());
+}

@@ -1,0 +1,26 @@
+/* Process-wide start-up, fork handling and the hooks the other modules
+ * (reclaim/, numa/, the counter page) register at start. */
+#ifndef LULL_INIT_H
+#define LULL_INIT_H
+
+#include <stdbool.h>
+
+/* Initialise the core once (config, size classes, arenas, heaps). Safe to
+ * call from the first malloc: it allocates nothing. */
+bool lull_ensure_init(void);
+/* The node whose arena a new heap on this thread should use. */
+int lull_home_node(void);
+
+/* Module hooks, each optional; set during start-up. */
+typedef struct lull_module_hooks {
+    void (*start)(void);        /* after the core, outside any lull lock */
+    void (*fork_prepare)(void); /* take the module's locks */
+    void (*fork_parent)(void);
+    void (*fork_child)(void);   /* reset; a new reclaim thread as needed */
+    void (*at_exit)(void);
+} lull_module_hooks;
+
+#define LULL_MAX_MODULES 8
+void lull_register_module(const lull_module_hooks *hooks);
+
+#endif

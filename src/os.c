@@ -1,0 +1,86 @@
+/* Memory from the kernel; see os.h. Segments are placed with
+ * MAP_FIXED_NOREPLACE at consecutive 32 MiB boundaries of a region found at
+ * start, so that no request thread ever has to trim a misaligned mapping
+ * with munmap, and neighbouring segments merge into few VMAs. */
+#include "src/os.h"
+#include "src/fault.h"
+#include "src/types.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+static _Atomic uintptr_t next_segment_hint;
+
+size_t lull_os_page_size(void) { return LULL_PAGE_SIZE; }
+
+static uintptr_t align_up(uintptr_t x, size_t a) { return (x + a - 1) & ~(uintptr_t)(a - 1); }
+
+void lull_os_init(void) {
+    if (atomic_load(&next_segment_hint)) return;
+    /* Find where the kernel would put large mappings, then leave a gap so
+     * that its own top-down placement does not run into our segments. */
+    size_t probe_len = 2 * LULL_SEGMENT_SIZE;
+    void *p = mmap(NULL, probe_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    uintptr_t start = (uintptr_t)0x200000000000ULL; /* 32 TiB */
+    if (p != MAP_FAILED) {
+        munmap(p, probe_len); /* start-up only, before any request thread exists */
+        uintptr_t below = (uintptr_t)p - ((uintptr_t)1 << 40); /* 1 TiB under mmap_base */
+        if (below > start) start = below;
+    }
+    uintptr_t expected = 0;
+    atomic_compare_exchange_strong(&next_segment_hint, &expected,
+                                   align_up(start, LULL_SEGMENT_SIZE));
+}
+
+void *lull_os_segment_map(void) {
+    if (lull_fault(LULL_FAULT_MMAP)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uintptr_t hint = atomic_fetch_add(&next_segment_hint, LULL_SEGMENT_SIZE);
+        void *p = mmap((void *)hint, LULL_SEGMENT_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p == (void *)hint) return p;
+        if (p != MAP_FAILED) {
+            /* an old kernel ignored MAP_FIXED_NOREPLACE and placed it
+             * elsewhere: usable only if aligned */
+            if (((uintptr_t)p & LULL_SEGMENT_MASK) == 0) return p;
+            munmap(p, LULL_SEGMENT_SIZE); /* never happens on 4.17+ kernels */
+            continue;
+        }
+        if (errno != EEXIST) break; /* ENOMEM: out of memory or map count */
+    }
+    errno = ENOMEM;
+    return NULL;
+}
+
+void *lull_os_huge_map(size_t aligned_len, void **base, size_t *len) {
+    if (lull_fault(LULL_FAULT_MMAP)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (aligned_len > LULL_MAX_ALLOC) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    /* over-reserve by one segment and use the aligned part: the slack is
+     * address space only (never touched), and is unmapped with the block */
+    size_t total = aligned_len + LULL_SEGMENT_SIZE;
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    *base = p;
+    *len = total;
+    return (void *)align_up((uintptr_t)p, LULL_SEGMENT_SIZE);
+}

@@ -1,0 +1,50 @@
+/* Size-class tables; see size_class.h. Built once at start: a few hundred
+ * instructions, and no table to keep in step by hand. */
+#include "src/size_class.h"
+
+lull_class_info lull_classes[LULL_CLASSES];
+uint8_t lull_small_class_of[129];
+unsigned lull_class_count;
+
+static uint16_t span_slices_for(uint32_t size) {
+    /* at least 4 blocks per span (many more for small sizes), then the
+     * length up to twice that which leaves the smallest tail */
+    size_t min = ((size_t)size * 4 + LULL_SLICE_SIZE - 1) / LULL_SLICE_SIZE;
+    if (min == 0) min = 1;
+    if ((min * LULL_SLICE_SIZE) % size * 32 <= min * LULL_SLICE_SIZE) return (uint16_t)min;
+    size_t best = min, best_tail = LULL_SEGMENT_SIZE;
+    for (size_t n = min; n <= 2 * min && n <= 64; n++) {
+        size_t bytes = n * LULL_SLICE_SIZE;
+        size_t tail = bytes % size;
+        if (tail * best < best_tail * n) { /* compare tail fractions */
+            best = n;
+            best_tail = tail;
+        }
+    }
+    return (uint16_t)best;
+}
+
+static void add_class(uint32_t size) {
+    lull_class_info *c = &lull_classes[lull_class_count++];
+    c->block_size = size;
+    c->span_slices = span_slices_for(size);
+    c->capacity = (uint32_t)(c->span_slices * LULL_SLICE_SIZE / size);
+}
+
+void lull_size_classes_init(void) {
+    if (lull_class_count) return;
+    lull_class_count = 1; /* class 0 is unused: a zero-size request is class 1 */
+    lull_classes[0] = (lull_class_info){0, 0, 0};
+    for (uint32_t s = 8; s <= 64; s += 8) add_class(s);
+    for (uint32_t s = 80; s <= 128; s += 16) add_class(s);
+    for (uint32_t base = 128; base < LULL_SMALL_MAX; base *= 2)
+        for (uint32_t k = 1; k <= 8; k++) add_class(base + k * (base / 8));
+    /* lookup for sizes up to 1 KiB */
+    unsigned c = 1;
+    for (unsigned i = 0; i <= 128; i++) {
+        size_t size = i * 8;
+        while (lull_classes[c].block_size < size) c++;
+        lull_small_class_of[i] = (uint8_t)c;
+    }
+    lull_small_class_of[0] = 1;
+}

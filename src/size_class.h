@@ -1,0 +1,33 @@
+/* Size classes: 8-byte steps to 64, 16-byte steps to 128, then eight
+ * classes per power of two up to 512 KiB, so a class wastes less than 12.5 %
+ * of its size above 128 bytes (and at most one 16-byte quantum below). Each
+ * class has a span length chosen so that the span's unused tail is small. */
+#ifndef LULL_SIZE_CLASS_H
+#define LULL_SIZE_CLASS_H
+
+#include "src/types.h"
+
+typedef struct lull_class_info {
+    uint32_t block_size;
+    uint16_t span_slices;
+    uint32_t capacity; /* blocks per span */
+} lull_class_info;
+
+extern lull_class_info lull_classes[LULL_CLASSES];
+extern uint8_t lull_small_class_of[129]; /* (size + 7) >> 3 for size <= 1024 */
+extern unsigned lull_class_count;
+
+void lull_size_classes_init(void);
+
+static inline unsigned lull_class_of(size_t size) {
+    if (__builtin_expect(size <= 1024, 1)) return lull_small_class_of[(size + 7) >> 3];
+    /* above 1 KiB: eight classes per power of two */
+    size_t s = size - 1;
+    unsigned msb = 63u - (unsigned)__builtin_clzl(s);
+    unsigned step = msb - 3;
+    unsigned k = (unsigned)(s >> step) & 7u; /* 0..7 within the doubling */
+    /* class index of 1024 is lull_small_class_of[128]; each doubling adds 8 */
+    return lull_small_class_of[128] + (msb - 10) * 8 + k + 1;
+}
+
+#endif

@@ -1,0 +1,145 @@
+/* Every structure of the allocator core, in one place, and the constants of
+ * its layout.
+ *
+ * Layout: memory comes in segments of 32 MiB aligned to 32 MiB, so the
+ * segment of any block is its address with the low bits masked off. A
+ * segment is 512 slices of 64 KiB; slice 0 holds the segment's metadata
+ * (this header), the others are handed out as spans. A span is a run of
+ * slices that holds blocks of one size class (small) or one block (large).
+ * Blocks carry no header: the slice index finds the span descriptor, which
+ * knows the block size. Blocks over LULL_LARGE_MAX live in a mapping of their
+ * own (huge), whose first page is a lull_huge header at a 32 MiB boundary. */
+#ifndef LULL_TYPES_H
+#define LULL_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LULL_SEGMENT_SHIFT 25
+#define LULL_SEGMENT_SIZE ((size_t)1 << LULL_SEGMENT_SHIFT)
+#define LULL_SEGMENT_MASK (LULL_SEGMENT_SIZE - 1)
+#define LULL_SLICE_SHIFT 16
+#define LULL_SLICE_SIZE ((size_t)1 << LULL_SLICE_SHIFT)
+#define LULL_SLICES (LULL_SEGMENT_SIZE / LULL_SLICE_SIZE) /* 512 */
+#define LULL_SLICE_WORDS (LULL_SLICES / 64)
+#define LULL_META_SLICES 1
+#define LULL_PAGE_SIZE ((size_t)4096)
+#define LULL_EXTENT_SLICES 32 /* 2 MiB: the unit a purge keeps whole */
+
+#define LULL_SMALL_MAX ((size_t)512 * 1024) /* largest size class */
+#define LULL_LARGE_MAX ((size_t)16 << 20)   /* largest one-block span */
+#define LULL_MAX_ALLOC ((size_t)1 << 46)
+#define LULL_MAX_NODES 8
+
+typedef struct lull_block {
+    uintptr_t next_encoded; /* next free block, safe-linked (see span.h) */
+} lull_block;
+
+typedef enum {
+    LULL_SPAN_NONE = 0, /* slice is not the head of a span in use */
+    LULL_SPAN_SMALL,    /* blocks of one size class, owned by a heap */
+    LULL_SPAN_LARGE,    /* one block */
+} lull_span_kind;
+
+struct lull_heap;
+struct lull_arena;
+
+/* Span descriptor: slices[i] of the segment describes the span whose head is
+ * slice i; every slice of a span records its distance to the head. Fields
+ * above `thread_free` are the owner heap's alone. */
+typedef struct lull_span {
+    lull_block *free;           /* local free list: malloc pops, local free pushes */
+    uint32_t used;              /* blocks handed out and not freed locally */
+    uint32_t capacity;          /* blocks that fit in the span */
+    uint32_t carved;            /* blocks carved so far (the rest never touched) */
+    uint32_t block_size;
+    uint16_t slice_count;
+    uint16_t head_offset;       /* this slice's distance to the span head */
+    uint8_t kind;               /* lull_span_kind */
+    uint8_t size_class;
+    uint8_t in_full;            /* on the heap's full list */
+    uint8_t zeroed;             /* uncarved memory is known to be zero */
+    uint32_t block_offset;      /* large: offset of the block in the span (alignment) */
+    struct lull_heap *_Atomic heap; /* owner (small); NULL for large */
+    struct lull_span *next, *prev;  /* heap queue links */
+    _Atomic(lull_block *) thread_free; /* frees from other threads */
+    _Atomic(uint8_t) remote_queued;    /* on the owner's remote span stack */
+    struct lull_span *remote_next;
+    size_t requested;           /* large: bytes asked for (accounting) */
+} lull_span;
+
+/* Out-of-band slice state: a slice is IN_USE exactly when its bit is set in
+ * none of these maps. A request thread claims a free slice by atomically
+ * clearing its bit in dirty/clean/warm; the reclaim thread claims a dirty
+ * slice by atomically clearing its dirty bit and setting its purging bit, so
+ * exactly one of them wins and nothing hands out a PURGING slice. */
+typedef struct lull_slice_maps {
+    _Atomic uint64_t dirty[LULL_SLICE_WORDS];   /* FREE_DIRTY: free, maybe resident */
+    _Atomic uint64_t purging[LULL_SLICE_WORDS]; /* PURGING: claimed by the reclaim thread */
+    _Atomic uint64_t clean[LULL_SLICE_WORDS];   /* FREE_CLEAN: purged or never touched */
+    _Atomic uint64_t lazy[LULL_SLICE_WORDS];    /* subset of clean: MADV_FREE, not zeroed */
+    _Atomic uint64_t warm[LULL_SLICE_WORDS];    /* WARM: clean, prefaulted by the reserve */
+} lull_slice_maps;
+
+#define LULL_SEGMENT_MAGIC 0x6c756c6c5345474dULL /* "lullSEGM" */
+#define LULL_HUGE_MAGIC 0x6c756c6c48554745ULL    /* "lullHUGE" */
+
+typedef struct lull_segment {
+    uint64_t magic;
+    struct lull_arena *arena;
+    struct lull_segment *next; /* arena's list */
+    int node;
+    uint32_t index;            /* creation order in the arena */
+    lull_slice_maps maps;
+    _Atomic uint32_t freed_ms[LULL_SLICES]; /* when each slice became free */
+    _Atomic uint64_t purged_ms;             /* last purge, for the refault monitor */
+    lull_span slices[LULL_SLICES];
+} lull_segment;
+
+_Static_assert(sizeof(lull_segment) <= LULL_META_SLICES * LULL_SLICE_SIZE,
+               "segment metadata must fit in its first slice");
+
+/* A huge block's mapping starts with this header, at a 32 MiB boundary. */
+typedef struct lull_huge {
+    uint64_t magic;
+    void *map_base; /* what mmap returned */
+    size_t map_len;
+    size_t size;           /* bytes asked for */
+    size_t usable;         /* bytes from the block to the end of the mapping */
+    uint32_t block_offset; /* from the header */
+    int node;
+    _Atomic int freed;
+    struct lull_huge *next; /* reclaim queue link */
+} lull_huge;
+
+/* A span queue: doubly linked, head is where malloc looks first. */
+typedef struct lull_span_queue {
+    lull_span *head, *tail;
+} lull_span_queue;
+
+#define LULL_CLASSES 112
+
+/* A thread heap. Only its owner thread touches it, except remote_spans,
+ * which other threads push to. Heaps are never freed: a dying thread's heap
+ * is abandoned and adopted whole by the next new thread. */
+typedef struct lull_heap {
+    lull_span *current[LULL_CLASSES]; /* fast path: first span of each class */
+    lull_span_queue queue[LULL_CLASSES];
+    lull_span_queue full;              /* spans with no free block */
+    _Atomic(lull_span *) remote_spans; /* spans that got remote frees */
+    struct lull_arena *arena;
+    struct lull_heap *next_all;       /* registry of every heap */
+    struct lull_heap *next_abandoned;
+    pid_t owner_tid;
+    int node;
+    bool node_pinned;       /* lull_thread_set_node() */
+    uint64_t mallocs_slow;  /* slow-path counters (owner only) */
+    uint64_t spans_taken;
+    uint64_t spans_returned;
+    _Atomic uint64_t remote_frees; /* counted by the freeing thread on the owner */
+} lull_heap;
+
+#endif
