@@ -23,6 +23,7 @@ static lull_heap *all_heaps;
 static lull_heap *abandoned[LULL_MAX_NODES];
 static uint8_t *chunk_next, *chunk_end;
 static pthread_key_t heap_key;
+_Atomic uint64_t lull_heap_chunk_bytes;
 
 static void heap_thread_exit(void *arg) {
     lull_heap *h = arg;
@@ -37,6 +38,7 @@ static lull_heap *heap_alloc_locked(void) {
         void *p = mmap(NULL, HEAP_CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                        -1, 0);
         if (p == MAP_FAILED) return NULL;
+        atomic_fetch_add_explicit(&lull_heap_chunk_bytes, HEAP_CHUNK_SIZE, memory_order_relaxed);
         chunk_next = p;
         chunk_end = chunk_next + HEAP_CHUNK_SIZE;
     }

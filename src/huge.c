@@ -9,7 +9,14 @@
 #include <sys/mman.h>
 
 void (*lull_huge_release_hook)(lull_huge *h);
-_Atomic uint64_t lull_huge_live_bytes, lull_huge_mapped_bytes;
+lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
+
+static lull_huge_accounting *acct_of(const lull_huge *h) {
+    return &lull_huge_acct[h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0];
+}
+
+#define ACCT_ADD(field, v) atomic_fetch_add_explicit(&a->field, (v), memory_order_relaxed)
+#define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
 void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed) {
     size_t offset = alignment > LULL_PAGE_SIZE ? alignment : LULL_PAGE_SIZE;
@@ -29,9 +36,13 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed) {
     h->usable = (size_t)((char *)base + map_len - ((char *)h + offset));
     h->block_offset = (uint32_t)offset;
     atomic_store_explicit(&h->freed, 0, memory_order_relaxed);
+    h->node = 0;
+    lull_huge_accounting *a = acct_of(h);
+    ACCT_ADD(mapped, map_len);
+    ACCT_ADD(live, h->usable);
+    ACCT_ADD(metadata, offset);
+    ACCT_ADD(slack, (uint64_t)((char *)h - (char *)base));
     lull_segment_map_set((uintptr_t)h, true);
-    atomic_fetch_add_explicit(&lull_huge_live_bytes, h->usable, memory_order_relaxed);
-    atomic_fetch_add_explicit(&lull_huge_mapped_bytes, map_len, memory_order_relaxed);
     *zeroed = true;
     return (char *)h + offset;
 }
@@ -39,7 +50,10 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed) {
 void lull_huge_unmap(lull_huge *h) {
     void *base = h->map_base;
     size_t len = h->map_len;
-    atomic_fetch_sub_explicit(&lull_huge_mapped_bytes, len, memory_order_relaxed);
+    lull_huge_accounting *a = acct_of(h);
+    ACCT_SUB(freed, h->usable + h->block_offset);
+    ACCT_SUB(slack, (uint64_t)((char *)h - (char *)base));
+    ACCT_SUB(mapped, len);
     lull_segment_map_set((uintptr_t)h, false);
     munmap(base, len);
 }
@@ -51,7 +65,10 @@ void lull_huge_free(lull_huge *h, void *p) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&h->freed, &expected, 1))
         lull_fatal("free(): double free of huge block %p", p);
-    atomic_fetch_sub_explicit(&lull_huge_live_bytes, h->usable, memory_order_relaxed);
+    lull_huge_accounting *a = acct_of(h);
+    ACCT_ADD(freed, h->usable + h->block_offset);
+    ACCT_SUB(live, h->usable);
+    ACCT_SUB(metadata, h->block_offset);
     if (lull_huge_release_hook) {
         lull_huge_release_hook(h);
         return;

@@ -7,6 +7,14 @@
 
 #include "src/types.h"
 
+/* Every huge byte is in one of these, per node: mapped = live + metadata
+ * (header and alignment pad) + slack (address space before the aligned
+ * header, never touched) + freed (queued for the reclaim thread). */
+typedef struct lull_huge_accounting {
+    _Atomic uint64_t mapped, live, metadata, slack, freed;
+} lull_huge_accounting;
+extern lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
+
 void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed);
 void lull_huge_free(lull_huge *h, void *p);
 /* Hand a freed huge block to whoever gives it back to the kernel (the

@@ -1,7 +1,14 @@
 /* The modules that start with lull, in start order. Each registers its
- * hooks (start, fork, exit) with lull_register_module(). */
+ * hooks (start, fork, exit) with lull_register_module(); fork-child hooks
+ * run in this order, so the counter page is forgotten before the child's
+ * reclaim thread starts and opens its own. */
+#include "reclaim/reclaim.h"
 #include "src/init.h"
 
 void lull_modules_register_all(void);
+void lull_stats_publish_register(void);
 
-void lull_modules_register_all(void) {}
+void lull_modules_register_all(void) {
+    lull_stats_publish_register();
+    lull_reclaim_register();
+}

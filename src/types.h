@@ -12,6 +12,10 @@
 #ifndef LULL_TYPES_H
 #define LULL_TYPES_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>

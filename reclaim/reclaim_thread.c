@@ -1,0 +1,277 @@
+/* The reclaim thread; see reclaim.h.
+ *
+ * One tick: unmap the queued huge blocks (purged first in short madvise
+ * calls, so munmap itself holds the mmap lock only briefly), then, for each
+ * arena, claim the FREE_DIRTY slices older than the purge delay, purge them
+ * as one batch through the backend, and mark them FREE_CLEAN (or put them
+ * back as FREE_DIRTY if the kernel refused). The thread sleeps between
+ * ticks on a futex that only lull_reclaim_now() wakes: short sleeps while
+ * there is work, growing to IDLE_TICK_MS when there is none. */
+#include "reclaim/reclaim.h"
+#include "lull.h"
+#include "numa/arena.h"
+#include "reclaim/huge_queue.h"
+#include "reclaim/purge_backend.h"
+#include "src/config.h"
+#include "src/fault.h"
+#include "src/huge.h"
+#include "src/init.h"
+#include "src/message.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BUSY_TICK_MS 2
+#define IDLE_TICK_MS 100
+#define BATCH_RUNS 256
+#define BATCH_BYTES ((size_t)64 << 20)
+#define AUTO_DELAY_MS 200 /* "auto" until the refault monitor steers it */
+
+static struct {
+    pthread_t thread;
+    _Atomic bool running;
+    _Atomic bool start_failed;
+    _Atomic uint32_t request_seq; /* futex: lull_reclaim_now() asks */
+    _Atomic uint32_t done_seq;    /* futex: the tick that answered */
+    purge_backend backend;        /* the reclaim thread's alone */
+    lull_reclaim_stats stats;     /* written by the reclaim thread, read relaxed */
+} R;
+
+/* Hooks for the modules that ride on the tick (refault monitor, counter
+ * page). Each runs on the reclaim thread. */
+void (*lull_reclaim_after_purge_hook)(void *addr, size_t len);
+void (*lull_reclaim_tick_hook)(void);
+void (*lull_reclaim_thread_start_hook)(void);
+long (*lull_reclaim_auto_delay_hook)(void);
+int (*lull_reclaim_auto_mode_hook)(void);
+
+#define STAT_ADD(field, v) __atomic_store_n(&R.stats.field, R.stats.field + (v), __ATOMIC_RELAXED)
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *t) {
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, t, NULL, 0);
+}
+
+long lull_reclaim_effective_delay(void) {
+    long d = __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
+    if (d != LULL_PURGE_DELAY_AUTO) return d;
+    return lull_reclaim_auto_delay_hook ? lull_reclaim_auto_delay_hook() : AUTO_DELAY_MS;
+}
+
+static int effective_advice(void) {
+    switch (lull_config.purge_mode) {
+    case LULL_MODE_FREE: return MADV_FREE;
+    case LULL_MODE_DONTNEED: return MADV_DONTNEED;
+    default:
+        if (lull_reclaim_auto_mode_hook) return lull_reclaim_auto_mode_hook();
+        return MADV_DONTNEED;
+    }
+}
+
+/* Purge [addr, addr+len) in calls of at most PURGE_RANGE_MAX, all in one
+ * backend batch per PURGE_RING_ENTRIES. */
+static void purge_span_of_memory(void *addr, size_t len, int advice) {
+    purge_range ranges[PURGE_RING_ENTRIES];
+    size_t n = 0;
+    for (size_t off = 0; off < len; off += PURGE_RANGE_MAX) {
+        size_t l = len - off < PURGE_RANGE_MAX ? len - off : PURGE_RANGE_MAX;
+        ranges[n++] = (purge_range){(char *)addr + off, l};
+        if (n == PURGE_RING_ENTRIES) {
+            purge_backend_run(&R.backend, ranges, n, advice, NULL);
+            n = 0;
+        }
+    }
+    if (n) purge_backend_run(&R.backend, ranges, n, advice, NULL);
+}
+
+static bool tick_huge(void) {
+    lull_huge *list = lull_huge_queue_take_all();
+    bool work = list != NULL;
+    while (list) {
+        lull_huge *h = list;
+        list = h->next;
+        size_t len = h->map_len;
+        lull_huge_queue_forget_taken(h);
+        /* the header page last: it describes the mapping until the unmap */
+        purge_span_of_memory((char *)h + LULL_PAGE_SIZE,
+                             (size_t)((char *)h->map_base + len - ((char *)h + LULL_PAGE_SIZE)),
+                             MADV_DONTNEED);
+        lull_huge_unmap(h);
+        STAT_ADD(huge_freed, 1);
+        STAT_ADD(huge_freed_bytes, len);
+    }
+    return work;
+}
+
+static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
+    lull_slice_run runs[BATCH_RUNS];
+    purge_range ranges[BATCH_RUNS];
+    int results[BATCH_RUNS];
+    bool work = false;
+    for (;;) {
+        size_t n = lull_arena_claim_dirty(a, freed_before, runs, BATCH_RUNS, BATCH_BYTES);
+        if (n == 0) break;
+        work = true;
+        size_t bytes = 0;
+        for (size_t i = 0; i < n; i++) {
+            ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
+            ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
+        }
+        purge_backend_run(&R.backend, ranges, n, advice, results);
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] == 0) {
+                if (lull_reclaim_after_purge_hook)
+                    lull_reclaim_after_purge_hook(ranges[i].addr, ranges[i].len);
+                lull_arena_purge_done(&runs[i], advice == MADV_FREE);
+                bytes += ranges[i].len;
+            } else {
+                lull_arena_purge_failed(&runs[i]);
+                STAT_ADD(purge_failures, 1);
+            }
+        }
+        STAT_ADD(purge_runs, n);
+        STAT_ADD(purged_bytes, bytes);
+        if (n < BATCH_RUNS && bytes < BATCH_BYTES) break;
+    }
+    return work;
+}
+
+static bool tick(void) {
+    bool work = tick_huge();
+    long delay = lull_reclaim_effective_delay();
+    __atomic_store_n(&R.stats.delay_ms, delay, __ATOMIC_RELAXED);
+    if (delay >= 0) {
+        int advice = effective_advice();
+        __atomic_store_n(&R.stats.mode, advice == MADV_FREE ? LULL_MODE_FREE : LULL_MODE_DONTNEED,
+                         __ATOMIC_RELAXED);
+        uint32_t freed_before = lull_now_ms() - (uint32_t)delay;
+        for (int i = 0; i < lull_arena_count; i++)
+            work |= tick_arena(&lull_arenas[i], freed_before, advice);
+    }
+    struct timespec cpu;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    __atomic_store_n(&R.stats.cpu_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec,
+                     __ATOMIC_RELAXED);
+    STAT_ADD(ticks, 1);
+    if (lull_reclaim_tick_hook) lull_reclaim_tick_hook();
+    return work;
+}
+
+static void *reclaim_main(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "lull-reclaim");
+    /* the ring is created here: IORING_SETUP_SINGLE_ISSUER binds it to
+     * this thread, and its io-wq workers inherit this thread's CPU set */
+    const cpu_set_t *cpus = lull_config.reclaim_cpus_set ? &lull_config.reclaim_cpus : NULL;
+    lull_backend_kind kind = purge_backend_open(&R.backend, lull_config.backend, cpus);
+    __atomic_store_n(&R.stats.backend, (int)kind, __ATOMIC_RELAXED);
+    if (R.backend.fallback_reason[0]) {
+        memcpy(R.stats.backend_reason, R.backend.fallback_reason, sizeof R.stats.backend_reason);
+        lull_verbose("purge backend %s (%s)", purge_backend_name(kind), R.backend.fallback_reason);
+    } else {
+        lull_verbose("purge backend %s", purge_backend_name(kind));
+    }
+    if (lull_reclaim_thread_start_hook) lull_reclaim_thread_start_hook();
+    unsigned sleep_ms = BUSY_TICK_MS;
+    for (;;) {
+        uint32_t req = atomic_load_explicit(&R.request_seq, memory_order_acquire);
+        bool work = tick();
+        atomic_store_explicit(&R.done_seq, req, memory_order_release);
+        futex(&R.done_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
+        sleep_ms = work ? BUSY_TICK_MS : (sleep_ms * 2 > IDLE_TICK_MS ? IDLE_TICK_MS : sleep_ms * 2);
+        if (atomic_load_explicit(&R.request_seq, memory_order_acquire) != req) continue;
+        struct timespec t = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L};
+        futex(&R.request_seq, FUTEX_WAIT_PRIVATE, req, &t);
+    }
+    return NULL;
+}
+
+static void reclaim_start(void) {
+    if (lull_fault(LULL_FAULT_THREAD_CREATE)) goto failed;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+    if (lull_config.reclaim_cpus_set)
+        pthread_attr_setaffinity_np(&attr, sizeof lull_config.reclaim_cpus,
+                                    &lull_config.reclaim_cpus);
+    int err = pthread_create(&R.thread, &attr, reclaim_main, NULL);
+    if (err && lull_config.reclaim_cpus_set) {
+        /* a CPU set outside the allowed ones: run unpinned, and say so */
+        lull_message("reclaim_cpu: cannot pin the reclaim thread (%s); running unpinned",
+                     strerror(err));
+        pthread_attr_destroy(&attr);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+        err = pthread_create(&R.thread, &attr, reclaim_main, NULL);
+    }
+    pthread_attr_destroy(&attr);
+    if (err) goto failed;
+    atomic_store(&R.running, true);
+    return;
+failed:
+    atomic_store(&R.start_failed, true);
+    lull_message("cannot start the reclaim thread: freed memory is reused but not given back to "
+                 "the kernel%s",
+                 lull_config.inline_purge ? "" : " (inline_purge=on purges on freeing threads)");
+}
+
+void lull_reclaim_huge_push(lull_huge *h) {
+    if (!atomic_load_explicit(&R.running, memory_order_relaxed) && lull_config.inline_purge) {
+        STAT_ADD(inline_purges, 1);
+        lull_huge_unmap(h);
+        return;
+    }
+    lull_huge_queue_push(h);
+}
+
+LULL_EXPORT bool lull_reclaim_now(void) {
+    if (!atomic_load(&R.running)) return false;
+    uint32_t seq = atomic_fetch_add(&R.request_seq, 1) + 1;
+    futex(&R.request_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
+    /* a tick that started after our request answers it */
+    for (;;) {
+        uint32_t done = atomic_load_explicit(&R.done_seq, memory_order_acquire);
+        if ((int32_t)(done - seq) >= 0) return true;
+        struct timespec t = {0, 50 * 1000000L};
+        futex(&R.done_seq, FUTEX_WAIT_PRIVATE, done, &t);
+    }
+}
+
+void lull_reclaim_get_stats(lull_reclaim_stats *out) {
+    __atomic_load(&R.stats.ticks, &out->ticks, __ATOMIC_RELAXED);
+    memcpy(out, &R.stats, sizeof *out); /* fields are single-writer words */
+    out->running = atomic_load(&R.running);
+    out->start_failed = atomic_load(&R.start_failed);
+    for (int k = 0; k < PURGE_KIND_COUNT; k++) (void)k;
+}
+
+const purge_backend *lull_reclaim_backend(void);
+const purge_backend *lull_reclaim_backend(void) { return &R.backend; }
+
+static void reclaim_fork_child(void) {
+    /* the parent's reclaim thread does not exist here, and its ring must
+     * never be used: forget it and start our own */
+    purge_backend_forget_after_fork(&R.backend);
+    bool was_running = atomic_load(&R.running);
+    atomic_store(&R.running, false);
+    atomic_store(&R.request_seq, 0);
+    atomic_store(&R.done_seq, 0);
+    memset(&R.stats, 0, sizeof R.stats);
+    if (was_running) reclaim_start();
+}
+
+void lull_reclaim_register(void) {
+    static const lull_module_hooks hooks = {
+        .start = reclaim_start,
+        .fork_child = reclaim_fork_child,
+    };
+    lull_huge_release_hook = lull_reclaim_huge_push;
+    lull_register_module(&hooks);
+}

@@ -1,0 +1,65 @@
+/* The writer of the shared-memory counter page (include/lull/counters.h).
+ *
+ * One page per process. It is created by counter_page_open() and written by
+ * counter_page_publish() from one thread (the reclaim thread). Should two
+ * threads publish at once, one of the two publications is dropped (never
+ * mixed). Nothing here allocates.
+ *
+ * Life cycle, for the caller:
+ *   - at start:  counter_page_open(lull_config.counter_page_name)
+ *   - each tick: fill a struct lull_counters, counter_page_publish(&c)
+ *   - at exit:   counter_page_close() from an atexit handler or destructor.
+ *                It may run while the reclaim thread is inside
+ *                counter_page_publish(): close waits for that publication to
+ *                end, and later publications do nothing.
+ *   - in a fork child (pthread_atfork child handler): counter_page_after_fork_child(),
+ *                then counter_page_open() again if the child should have a
+ *                page. With the default name the child's page is /lull.<child
+ *                pid>; an explicit name is still used by the parent, so a
+ *                child reopening it fails (-EEXIST): give the child its own.
+ */
+#ifndef LULL_COUNTER_PAGE_H
+#define LULL_COUNTER_PAGE_H
+
+#include "lull/counters.h"
+
+/* Create and map the page. name: NULL or "" for "/lull.<pid>"; otherwise a
+ * shm_open name (a leading '/' is added if missing; no other '/'; at most
+ * 200 characters). The object is created O_EXCL with mode 0600. If the name
+ * is taken by a stale page (its writer, identified by pid and start time,
+ * no longer runs) the stale page is removed and creation retried; if it
+ * belongs to a live process, or cannot be read, open fails.
+ * The header (magic, version, size, pid, start time) is written; seq is 0
+ * until the first publication.
+ * Returns 0, or -errno (and one lull_message): -EEXIST name in use by a live
+ * process, -EACCES (also the LULL_FAULT_SHM_OPEN fault point), -EINVAL bad
+ * name, -EBUSY a page is already open, or the error of shm_open, ftruncate
+ * or mmap. */
+int counter_page_open(const char *name);
+
+/* Publish *c: seq becomes odd, the published part of the page (from
+ * publish_mono_ns to the end) is copied from *c, seq becomes even (a
+ * publication concurrent with another one on a second thread is skipped). The
+ * header fields of *c (magic .. seq) are ignored, and publish_mono_ns and
+ * publish_real_ns are set here from the clocks, and page_size if *c has 0.
+ * Does nothing if no page is open. No system call except the vDSO clock reads. */
+void counter_page_publish(const struct lull_counters *c);
+
+/* Unmap the page and shm_unlink its name. The name is unlinked only by the
+ * process that created it (a fork child that did not call
+ * counter_page_after_fork_child() unmaps but leaves the parent's page alone).
+ * Safe to call more than once, and with no page open. */
+void counter_page_close(void);
+
+/* In a fork child: forget the parent's page (unmap it, never unlink or
+ * write it). Call before anything else could publish. */
+void counter_page_after_fork_child(void);
+
+/* The shm_open name of the open page ("/lull.1234"), or NULL if none. */
+const char *counter_page_name(void);
+
+/* The mapped page (read-only view; NULL if none): for in-process readers
+ * and tests. Read it with lull_counters_snapshot(). */
+const volatile struct lull_counters *counter_page_mapping(void);
+
+#endif

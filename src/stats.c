@@ -1,0 +1,197 @@
+/* Statistics gathering; see stats.h. */
+#include "src/stats.h"
+#include "lull.h"
+#include "numa/arena.h"
+#include "reclaim/purge_backend.h"
+#include "reclaim/reclaim.h"
+#include "src/config.h"
+#include "src/heap.h"
+#include "src/huge.h"
+#include "src/message.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+extern _Atomic uint64_t lull_heap_chunk_bytes;
+const purge_backend *lull_reclaim_backend(void);
+uint64_t lull_refault_fill_counters(struct lull_counters *out); /* reclaim/refault, optional */
+__attribute__((weak)) uint64_t lull_refault_fill_counters(struct lull_counters *out) {
+    (void)out;
+    return LULL_COUNTERS_REFAULT_OFF;
+}
+
+static void account_segment(lull_segment *s, struct lull_counters_accounting *a) {
+    uint64_t free_map[LULL_SLICE_WORDS];
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
+        free_map[w] = atomic_load_explicit(&s->maps.dirty[w], memory_order_relaxed) |
+                      atomic_load_explicit(&s->maps.purging[w], memory_order_relaxed) |
+                      atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed) |
+                      atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed);
+    a->mapped += LULL_SEGMENT_SIZE;
+    a->metadata += (uint64_t)LULL_META_SLICES * LULL_SLICE_SIZE;
+    /* free slices by state; a slice in two maps for an instant (a purge
+     * finishing) is counted once, in the first map that has it */
+    uint64_t seen[LULL_SLICE_WORDS] = {0};
+    struct {
+        _Atomic uint64_t *map;
+        uint64_t *term;
+    } states[] = {{s->maps.purging, &a->purging},
+                  {s->maps.dirty, &a->dirty},
+                  {s->maps.warm, &a->warm},
+                  {s->maps.clean, &a->purged}};
+    for (unsigned k = 0; k < sizeof states / sizeof states[0]; k++)
+        for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+            uint64_t bits = free_map[w] &
+                            atomic_load_explicit(&states[k].map[w], memory_order_relaxed) &
+                            ~seen[w];
+            seen[w] |= bits;
+            *states[k].term += (uint64_t)__builtin_popcountll(bits) * LULL_SLICE_SIZE;
+        }
+    /* the rest of free_map (a bit that moved between our two reads) */
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
+        a->dirty += (uint64_t)__builtin_popcountll(free_map[w] & ~seen[w]) * LULL_SLICE_SIZE;
+    /* in-use slices: walk the spans */
+    for (unsigned i = LULL_META_SLICES; i < LULL_SLICES;) {
+        if (free_map[i / 64] >> (i % 64) & 1) {
+            i++;
+            continue;
+        }
+        lull_span *d = &s->slices[i];
+        uint8_t kind = __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE);
+        unsigned n = __atomic_load_n(&d->slice_count, __ATOMIC_RELAXED);
+        /* the span's slices that really are in use (a span being set up or
+         * torn down right now may disagree with the maps) */
+        unsigned run = 0;
+        while (run < n && i + run < LULL_SLICES && !(free_map[(i + run) / 64] >> ((i + run) % 64) & 1))
+            run++;
+        uint64_t bytes = (uint64_t)(run ? run : 1) << LULL_SLICE_SHIFT;
+        if (kind == LULL_SPAN_SMALL && run == n) {
+            uint64_t bs = __atomic_load_n(&d->block_size, __ATOMIC_RELAXED);
+            uint64_t cap = __atomic_load_n(&d->capacity, __ATOMIC_RELAXED);
+            uint64_t used = __atomic_load_n(&d->used, __ATOMIC_RELAXED);
+            if (cap * bs > bytes) cap = bytes / (bs ? bs : 1);
+            if (used > cap) used = cap;
+            a->live += used * bs;
+            a->span_free += (cap - used) * bs;
+            a->rounding += bytes - cap * bs;
+        } else if (kind == LULL_SPAN_LARGE && run == n) {
+            uint64_t off = __atomic_load_n(&d->block_offset, __ATOMIC_RELAXED);
+            if (off > bytes) off = 0;
+            a->live += bytes - off;
+            a->rounding += off;
+        } else {
+            a->span_free += bytes; /* mid-transition: neither live nor free yet */
+        }
+        i += run ? run : 1;
+    }
+}
+
+static void add_acct(struct lull_counters_accounting *to, const struct lull_counters_accounting *a) {
+    to->mapped += a->mapped;
+    to->live += a->live;
+    to->rounding += a->rounding;
+    to->span_free += a->span_free;
+    to->dirty += a->dirty;
+    to->purging += a->purging;
+    to->purged += a->purged;
+    to->warm += a->warm;
+    to->metadata += a->metadata;
+}
+
+static void count_heap_stats(lull_heap *h, void *arg) {
+    struct lull_counters *out = arg;
+    out->malloc_count += __atomic_load_n(&h->mallocs_slow, __ATOMIC_RELAXED);
+}
+
+void lull_stats_collect(struct lull_counters *out) {
+    memset(out, 0, sizeof *out);
+    out->page_size = LULL_PAGE_SIZE;
+    int nodes = lull_arena_count;
+    out->node_count = (uint64_t)nodes;
+    for (int n = 0; n < nodes; n++) {
+        struct lull_counters_node *node = &out->nodes[n];
+        node->node_id = (uint64_t)n;
+        for (lull_segment *s = atomic_load_explicit(&lull_arenas[n].segments, memory_order_acquire);
+             s; s = s->next)
+            account_segment(s, &node->acct);
+        /* huge blocks: read `mapped` last, so terms are never larger */
+        lull_huge_accounting *h = &lull_huge_acct[n];
+        uint64_t live = atomic_load(&h->live), meta = atomic_load(&h->metadata);
+        uint64_t slack = atomic_load(&h->slack), freed = atomic_load(&h->freed);
+        node->acct.mapped += live + meta + slack + freed;
+        node->acct.live += live;
+        node->acct.metadata += meta;
+        node->acct.purged += slack;
+        node->acct.dirty += freed;
+    }
+    uint64_t heap_bytes = atomic_load(&lull_heap_chunk_bytes);
+    out->nodes[0].acct.mapped += heap_bytes;
+    out->nodes[0].acct.metadata += heap_bytes;
+    for (int n = 0; n < nodes; n++) add_acct(&out->total, &out->nodes[n].acct);
+
+    lull_reclaim_stats r;
+    lull_reclaim_get_stats(&r);
+    if (r.running) out->flags |= LULL_COUNTERS_F_RECLAIM_THREAD;
+    if (r.backend_reason[0] || r.start_failed) out->flags |= LULL_COUNTERS_F_DEGRADED;
+    if (!r.running && lull_config.inline_purge) out->flags |= LULL_COUNTERS_F_INLINE_PURGE;
+    long delay = lull_reclaim_effective_delay();
+    out->purge_delay_ms = delay < 0 ? LULL_COUNTERS_DELAY_NEVER : (uint64_t)delay;
+    out->backend = r.running && delay >= 0 ? (uint64_t)r.backend : LULL_COUNTERS_BACKEND_NONE;
+    out->purge_mode = delay < 0 ? LULL_COUNTERS_PURGE_NONE
+                      : r.mode == LULL_MODE_FREE ? LULL_COUNTERS_PURGE_FREE
+                                                 : LULL_COUNTERS_PURGE_DONTNEED;
+    out->reclaim_cpu_ns = r.cpu_ns;
+    out->reclaim_ticks = r.ticks;
+    out->huge_unmapped = r.huge_freed;
+    out->huge_unmapped_bytes = r.huge_freed_bytes;
+    const purge_backend *b = lull_reclaim_backend();
+    for (int k = 1; k < LULL_COUNTERS_BACKEND_COUNT && k < PURGE_KIND_COUNT; k++) {
+        out->purge_calls[k] = purge_backend_counter(&b->per_kind[k].ranges);
+        out->purge_bytes[k] = purge_backend_counter(&b->per_kind[k].bytes);
+        out->purge_syscalls[k] = purge_backend_counter(&b->per_kind[k].calls);
+        out->purged_pages += out->purge_bytes[k] / LULL_PAGE_SIZE;
+    }
+    out->purge_errors = purge_backend_counter(&b->errors) + r.purge_failures;
+    out->backend_fallbacks = purge_backend_counter(&b->fallbacks);
+    out->refault_mechanism = lull_refault_fill_counters(out);
+    lull_heaps_foreach(count_heap_stats, out);
+    lull_config_format(out->config, sizeof out->config);
+}
+
+LULL_EXPORT int lull_stats(struct lull_counters *out) {
+    if (!out) return -1;
+    lull_stats_collect(out);
+    out->magic = LULL_COUNTERS_MAGIC;
+    out->abi_version = LULL_COUNTERS_ABI_VERSION;
+    out->size = sizeof *out;
+    out->pid = (uint64_t)getpid();
+    return 0;
+}
+
+LULL_EXPORT void lull_print_stats(int fd) {
+    struct lull_counters c;
+    lull_stats(&c);
+    if (fd < 0) fd = 2;
+    const struct lull_counters_accounting *a = &c.total;
+    dprintf(fd,
+            "lull %s: mapped %llu KiB = live %llu + rounding %llu + span_free %llu + dirty %llu + "
+            "purging %llu + purged %llu + warm %llu + metadata %llu KiB (%s)\n",
+            LULL_VERSION_STRING, (unsigned long long)a->mapped >> 10,
+            (unsigned long long)a->live >> 10, (unsigned long long)a->rounding >> 10,
+            (unsigned long long)a->span_free >> 10, (unsigned long long)a->dirty >> 10,
+            (unsigned long long)a->purging >> 10, (unsigned long long)a->purged >> 10,
+            (unsigned long long)a->warm >> 10, (unsigned long long)a->metadata >> 10,
+            lull_counters_accounting_sum(a) == a->mapped ? "identity holds" : "IDENTITY BROKEN");
+    dprintf(fd,
+            "lull: reclaim %s, backend %s, purge delay %lld ms, mode %s, %llu ticks, %llu us cpu, "
+            "purged %llu KiB, huge unmapped %llu\n",
+            c.flags & LULL_COUNTERS_F_RECLAIM_THREAD ? "running" : "not running",
+            lull_counters_backend_name(c.backend),
+            c.purge_delay_ms == LULL_COUNTERS_DELAY_NEVER ? -1LL : (long long)c.purge_delay_ms,
+            lull_counters_purge_mode_name(c.purge_mode), (unsigned long long)c.reclaim_ticks,
+            (unsigned long long)c.reclaim_cpu_ns / 1000,
+            (unsigned long long)(c.purge_bytes[1] + c.purge_bytes[2] + c.purge_bytes[3]) >> 10,
+            (unsigned long long)c.huge_unmapped);
+    dprintf(fd, "lull: config %s\n", c.config);
+}

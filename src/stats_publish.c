@@ -1,0 +1,55 @@
+/* Publishing the statistics on the shared-memory counter page: opened by
+ * the reclaim thread when it starts, refreshed on its tick (at most every
+ * PUBLISH_EVERY_MS), removed at exit. Request threads never write the page. */
+#include "src/counter_page.h"
+#include "src/config.h"
+#include "src/init.h"
+#include "src/stats.h"
+
+#include <time.h>
+
+#define PUBLISH_EVERY_MS 50
+
+extern void (*lull_reclaim_tick_hook)(void);
+extern void (*lull_reclaim_thread_start_hook)(void);
+void lull_stats_publish_register(void);
+
+static uint64_t last_publish_ns;
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void publish_now(void) {
+    struct lull_counters c;
+    lull_stats_collect(&c);
+    counter_page_publish(&c);
+    last_publish_ns = mono_ns();
+}
+
+static void publish_start(void) {
+    if (!lull_config.counter_page) return;
+    if (counter_page_open(lull_config.counter_page_name) == 0) publish_now();
+}
+
+static void publish_tick(void) {
+    if (!counter_page_name()) return;
+    if (mono_ns() - last_publish_ns >= (uint64_t)PUBLISH_EVERY_MS * 1000000u) publish_now();
+}
+
+static void publish_fork_child(void) {
+    counter_page_after_fork_child();
+    last_publish_ns = 0;
+}
+
+void lull_stats_publish_register(void) {
+    static const lull_module_hooks hooks = {
+        .fork_child = publish_fork_child,
+        .at_exit = counter_page_close,
+    };
+    lull_reclaim_thread_start_hook = publish_start;
+    lull_reclaim_tick_hook = publish_tick;
+    lull_register_module(&hooks);
+}

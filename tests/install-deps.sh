@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what lull needs to build, test and benchmark on Debian 12 (as
+# root). Safe to run again: apt-get skips what is already there.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config clang-format liburing-dev libnuma-dev libcriterion-dev
+      valgrind gnuplot-nox python3 git sqlite3 g++ procps
+      libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4 redis-server redis-tools)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# redis-server's package starts a service; lull's benchmarks start their own.
+if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
