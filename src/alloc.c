@@ -170,11 +170,14 @@ void *lull_calloc_generic(size_t size) {
 
 /* free ----------------------------------------------------------------- */
 
-void lull_free_check_double(lull_block *b, lull_span *span) {
+void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
     uint32_t limit = span->capacity;
     for (lull_block *f = span->free; f && limit--; f = lull_block_next(f))
         if (f == b) lull_fatal("free(): double free of %p (block of %u bytes)", (void *)b,
                                span->block_size);
+    lull_block_set_next(b, span->free);
+    span->free = b;
+    if (--span->used == 0 || span->in_full) lull_free_local_tail(h, span);
 }
 
 void lull_free_local_tail(lull_heap *h, lull_span *span) {

@@ -14,8 +14,9 @@ void *lull_malloc_aligned_generic(size_t alignment, size_t size);
 /* free() of a block of one of our spans that the calling thread does not
  * own: a remote free, a large block, or an invalid / double free. */
 void lull_free_other(void *p, lull_span *span, lull_heap *h);
-/* Aborts if b is on its span's local free list (a double free). */
-void lull_free_check_double(lull_block *b, lull_span *span);
+/* A local free whose block looks like it may be free already: aborts if
+ * it is on its span's free list (a double free), else frees it. */
+void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h);
 /* After a local free made the span empty, or freed into a full span. */
 void lull_free_local_tail(lull_heap *h, lull_span *span);
 void lull_free_not_segment(void *p);
@@ -46,10 +47,17 @@ static inline void lull_free_inline(void *p) {
     lull_heap *h = lull_tl_heap;
     lull_block *b = p;
     if (__builtin_expect(atomic_load_explicit(&span->heap, memory_order_relaxed) == h, 1)) {
-        if (__builtin_expect(lull_block_looks_free(b), 0)) lull_free_check_double(b, span);
+        if (__builtin_expect(lull_block_looks_free(b), 0)) {
+            lull_free_local_checked(b, span, h);
+            return;
+        }
         lull_block_set_next(b, span->free);
         span->free = b;
-        if (__builtin_expect(--span->used == 0 || span->in_full, 0)) lull_free_local_tail(h, span);
+        /* an emptied span that is its class's current one stays: a thread
+         * that mallocs and frees one block in a loop never leaves this path */
+        if (__builtin_expect(--span->used == 0 || span->in_full, 0) &&
+            (span->used != 0 || span->in_full || h->current[span->size_class] != span))
+            lull_free_local_tail(h, span);
         return;
     }
     lull_free_other(p, span, h);
