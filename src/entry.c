@@ -52,6 +52,13 @@ LULL_EXPORT void *lull_realloc(void *p, size_t size) {
         return NULL;
     }
     size_t usable = lull_usable_size(p);
+    if (size > usable && size > LULL_LARGE_MAX) {
+        lull_segment *seg = lull_segment_of(p);
+        if (seg->magic == LULL_HUGE_MAGIC && lull_huge_grow_in_place((lull_huge *)seg, size)) {
+            ((lull_huge *)seg)->size = size;
+            return p;
+        }
+    }
     /* keep the block when the new size fits and does not waste over half */
     if (size <= usable && size >= usable / 2) return p;
     if (size <= usable && usable > LULL_SMALL_MAX && size > LULL_SMALL_MAX) return p;

@@ -5,8 +5,14 @@
 #include "src/os.h"
 #include "src/segment_map.h"
 
+#include "src/fault.h"
+
 #include <errno.h>
 #include <sys/mman.h>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
 
 void (*lull_huge_release_hook)(lull_huge *h);
 lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
@@ -75,4 +81,25 @@ void lull_huge_free(lull_huge *h, void *p) {
     }
     /* no reclaim module at all (a build without it): unmap here */
     lull_huge_unmap(h);
+}
+
+bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
+    size_t need = (size_t)h->block_offset + size;
+    size_t have = (size_t)((char *)h->map_base + h->map_len - (char *)h);
+    if (need <= have) return true;
+    /* map the missing tail right after the mapping: an mmap, not an mremap,
+     * so the request thread makes no call that the reclaim thread owns;
+     * anonymous neighbours with the same flags merge into one VMA */
+    size_t extra = (need - have + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    if (size > LULL_MAX_ALLOC || lull_fault(LULL_FAULT_MMAP)) return false;
+    char *end = (char *)h->map_base + h->map_len;
+    void *p = mmap(end, extra, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p != end) return false; /* EEXIST: something lives there; the caller copies */
+    lull_huge_accounting *a = acct_of(h);
+    ACCT_ADD(mapped, extra);
+    ACCT_ADD(live, extra);
+    h->map_len += extra;
+    h->usable += extra;
+    return true;
 }
