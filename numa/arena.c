@@ -1,5 +1,6 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
+#include "reclaim/policy.h"
 #include "src/bitmap.h"
 #include "src/os.h"
 #include "src/segment_map.h"
@@ -52,6 +53,27 @@ static lull_segment *segment_create(lull_arena *a) {
     return s;
 }
 
+/* Feed the purge policy: how long each slice taken now had been free, and
+ * whether it had been purged meanwhile (a wasted purge). Slices that were
+ * freed at the same moment are recorded together. */
+static void record_reuse(lull_segment *s, unsigned first, unsigned n) {
+    uint32_t now = lull_now_ms();
+    for (unsigned i = first; i < first + n;) {
+        uint32_t freed = atomic_load_explicit(&s->freed_ms[i], memory_order_relaxed);
+        uint32_t purged = atomic_exchange_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
+        unsigned j = i + 1;
+        while (j < first + n && atomic_load_explicit(&s->freed_ms[j], memory_order_relaxed) == freed &&
+               (atomic_load_explicit(&s->purged_ms[j], memory_order_relaxed) != 0) == (purged != 0)) {
+            atomic_store_explicit(&s->purged_ms[j], 0, memory_order_relaxed);
+            j++;
+        }
+        if (freed) /* 0: never used since the segment was mapped */
+            lull_policy_record_reuse(&lull_the_policy, now - freed, j - i, purged != 0,
+                                     purged ? now - purged : 0);
+        i = j;
+    }
+}
+
 /* Try to claim slices [first, first+n) of s from the free maps. All or
  * nothing: bits taken before a failure are put back where they came from. */
 static bool claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed) {
@@ -96,6 +118,7 @@ static bool claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed)
         }
     }
     *zeroed = zero;
+    record_reuse(s, first, n);
     return true;
 }
 
@@ -245,7 +268,46 @@ static void run_move(const lull_slice_run *r, _Atomic uint64_t *to, _Atomic uint
 }
 
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
+    uint32_t now = lull_now_ms();
+    for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
+        atomic_store_explicit(&r->segment->purged_ms[i], now, memory_order_relaxed);
+    lull_policy_record_purge(&lull_the_policy, r->count);
     run_move(r, r->segment->maps.clean, lazy ? r->segment->maps.lazy : NULL);
+}
+
+size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
+                             size_t max) {
+    size_t n = 0;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s && n < max;
+         s = s->next) {
+        for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
+            uint64_t lazy = atomic_load_explicit(&s->maps.lazy[w], memory_order_relaxed) &
+                            atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed);
+            uint64_t old = 0;
+            for (uint64_t bits = lazy; bits; bits &= bits - 1) {
+                unsigned b = (unsigned)__builtin_ctzll(bits);
+                uint32_t t = atomic_load_explicit(&s->purged_ms[w * 64 + b], memory_order_relaxed);
+                if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
+            }
+            if (!old) continue;
+            /* the same claim as for dirty slices, from the clean map */
+            uint64_t got = atomic_fetch_and_explicit(&s->maps.clean[w], ~old, memory_order_acq_rel) & old;
+            if (!got) continue;
+            atomic_fetch_and(&s->maps.lazy[w], ~got);
+            atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
+            size_t before = n;
+            n += emit_runs(s, w, got, out + n, max - n);
+            uint64_t emitted = 0;
+            for (size_t i = before; i < n; i++) emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
+            uint64_t left = got & ~emitted;
+            if (left) { /* did not fit: back to clean (still lazy) */
+                atomic_fetch_or(&s->maps.lazy[w], left);
+                atomic_fetch_or(&s->maps.clean[w], left);
+                atomic_fetch_and(&s->maps.purging[w], ~left);
+            }
+        }
+    }
+    return n;
 }
 
 void lull_arena_purge_failed(const lull_slice_run *r) { run_move(r, r->segment->maps.dirty, NULL); }

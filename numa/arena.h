@@ -52,6 +52,11 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
 /* The purge of a run finished: PURGING -> FREE_CLEAN (lazy: MADV_FREE, so
  * not known to be zero). */
 void lull_arena_purge_done(const lull_slice_run *run, bool lazy);
+/* Claim FREE_CLEAN slices that were purged with MADV_FREE at or before
+ * `purged_before_ms` (still resident unless the kernel took them), to
+ * purge them again with MADV_DONTNEED: PURGING on return. */
+size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
+                             size_t max);
 /* The purge failed: PURGING -> FREE_DIRTY, nothing lost. */
 void lull_arena_purge_failed(const lull_slice_run *run);
 /* After fork in the child: no reclaim thread survived, so any PURGING

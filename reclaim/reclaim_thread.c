@@ -11,6 +11,7 @@
 #include "lull.h"
 #include "numa/arena.h"
 #include "reclaim/huge_queue.h"
+#include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
 #include "src/config.h"
 #include "src/fault.h"
@@ -31,7 +32,6 @@
 #define IDLE_TICK_MS 100
 #define BATCH_RUNS 256
 #define BATCH_BYTES ((size_t)64 << 20)
-#define AUTO_DELAY_MS 200 /* "auto" until the refault monitor steers it */
 
 static struct {
     pthread_t thread;
@@ -48,8 +48,6 @@ static struct {
 void (*lull_reclaim_after_purge_hook)(void *addr, size_t len);
 void (*lull_reclaim_tick_hook)(void);
 void (*lull_reclaim_thread_start_hook)(void);
-long (*lull_reclaim_auto_delay_hook)(void);
-int (*lull_reclaim_auto_mode_hook)(void);
 
 #define STAT_ADD(field, v) __atomic_store_n(&R.stats.field, R.stats.field + (v), __ATOMIC_RELAXED)
 
@@ -60,16 +58,14 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 long lull_reclaim_effective_delay(void) {
     long d = __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
     if (d != LULL_PURGE_DELAY_AUTO) return d;
-    return lull_reclaim_auto_delay_hook ? lull_reclaim_auto_delay_hook() : AUTO_DELAY_MS;
+    return lull_the_policy.delay_ms;
 }
 
 static int effective_advice(void) {
     switch (lull_config.purge_mode) {
     case LULL_MODE_FREE: return MADV_FREE;
     case LULL_MODE_DONTNEED: return MADV_DONTNEED;
-    default:
-        if (lull_reclaim_auto_mode_hook) return lull_reclaim_auto_mode_hook();
-        return MADV_DONTNEED;
+    default: return lull_policy_mode(&lull_the_policy);
     }
 }
 
@@ -141,17 +137,41 @@ static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
     return work;
 }
 
+/* MADV_FREE'd slices still count in RSS until the kernel needs the pages:
+ * the ones that stayed free long enough are purged for good. */
+static bool tick_lazy(lull_arena *a, uint32_t now) {
+    lull_slice_run runs[BATCH_RUNS];
+    purge_range ranges[BATCH_RUNS];
+    int results[BATCH_RUNS];
+    size_t n = lull_arena_claim_lazy(a, now - LULL_POLICY_LAZY_MAX_MS, runs, BATCH_RUNS);
+    for (size_t i = 0; i < n; i++) {
+        ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
+        ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
+    }
+    if (n) purge_backend_run(&R.backend, ranges, n, MADV_DONTNEED, results);
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] == 0) lull_arena_purge_done(&runs[i], false);
+        else lull_arena_purge_failed(&runs[i]);
+    }
+    return n > 0;
+}
+
 static bool tick(void) {
     bool work = tick_huge();
+    uint32_t now = lull_now_ms();
+    if (__atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED) == LULL_PURGE_DELAY_AUTO)
+        lull_policy_delay(&lull_the_policy, now);
     long delay = lull_reclaim_effective_delay();
     __atomic_store_n(&R.stats.delay_ms, delay, __ATOMIC_RELAXED);
     if (delay >= 0) {
         int advice = effective_advice();
         __atomic_store_n(&R.stats.mode, advice == MADV_FREE ? LULL_MODE_FREE : LULL_MODE_DONTNEED,
                          __ATOMIC_RELAXED);
-        uint32_t freed_before = lull_now_ms() - (uint32_t)delay;
-        for (int i = 0; i < lull_arena_count; i++)
+        uint32_t freed_before = now - (uint32_t)delay;
+        for (int i = 0; i < lull_arena_count; i++) {
             work |= tick_arena(&lull_arenas[i], freed_before, advice);
+            work |= tick_lazy(&lull_arenas[i], now);
+        }
     }
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);

@@ -41,7 +41,8 @@ static inline size_t lull_span_bytes(const lull_span *span) {
  * in the block's own segment: the block may already be on a free list. */
 static inline bool lull_block_looks_free(const lull_block *b) {
     uintptr_t next = (uintptr_t)lull_block_next(b);
-    return ((next ^ (uintptr_t)b) >> LULL_SEGMENT_SHIFT) == 0;
+    /* next == 0: the last block of a free list (its word is b >> 12) */
+    return next == 0 || ((next ^ (uintptr_t)b) >> LULL_SEGMENT_SHIFT) == 0;
 }
 
 #endif

@@ -98,8 +98,8 @@ typedef struct lull_segment {
     int node;
     uint32_t index;            /* creation order in the arena */
     lull_slice_maps maps;
-    _Atomic uint32_t freed_ms[LULL_SLICES]; /* when each slice became free */
-    _Atomic uint64_t purged_ms;             /* last purge, for the refault monitor */
+    _Atomic uint32_t freed_ms[LULL_SLICES];  /* when each slice became free (0: never used) */
+    _Atomic uint32_t purged_ms[LULL_SLICES]; /* when it was last purged (0: not since use) */
     lull_span slices[LULL_SLICES];
 } lull_segment;
 
