@@ -78,8 +78,6 @@ struct pm_scan_arg {
 #define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
 #endif
 
-#endif
-
 /* rseq feature size in the auxiliary vector (6.3+): node_id and mm_cid are
  * kept up to date when it covers them. Appended by numa/. */
 #ifndef AT_RSEQ_FEATURE_SIZE
@@ -87,4 +85,6 @@ struct pm_scan_arg {
 #endif
 #ifndef AT_RSEQ_ALIGN
 #define AT_RSEQ_ALIGN 28
+#endif
+
 #endif
