@@ -5,6 +5,7 @@
 #include "numa/arena.h"
 #include "src/config.h"
 #include "src/huge.h"
+#include "src/init.h"
 #include "src/message.h"
 
 #include <errno.h>
@@ -29,8 +30,21 @@ static void span_extend(lull_span *s) {
     s->carved += n;
 }
 
+/* The thread may have moved to another node since its heap last took a
+ * span: new spans come from the node it runs on now (an rseq read, no
+ * system call). */
+static void follow_home_node(lull_heap *h) {
+    if (lull_arena_count < 2 || h->node_pinned) return;
+    int node = lull_home_node();
+    if (node != h->node) {
+        h->node = node;
+        h->arena = &lull_arenas[node];
+    }
+}
+
 static lull_span *span_new(lull_heap *h, unsigned c) {
     const lull_class_info *ci = &lull_classes[c];
+    follow_home_node(h);
     bool zeroed;
     lull_span *s = lull_arena_alloc_span(h->arena, ci->span_slices, &zeroed);
     if (!s) return NULL;
@@ -90,6 +104,7 @@ static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
     size_t pad = alignment > LULL_SLICE_SIZE ? alignment - LULL_SLICE_SIZE : 0;
     size_t slices = (size + pad + LULL_SLICE_SIZE - 1) >> LULL_SLICE_SHIFT;
     bool zeroed;
+    follow_home_node(h);
     lull_span *s = lull_arena_alloc_span(h->arena, (unsigned)slices, &zeroed);
     if (!s) return NULL;
     uint8_t *start = lull_span_start(s);
@@ -130,7 +145,8 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
         p = large_alloc(h, size, alignment < LULL_SLICE_SIZE ? LULL_SLICE_SIZE : alignment);
         if (p) *zeroed = lull_span_of(lull_segment_of(p), p)->zeroed;
     } else {
-        p = lull_huge_alloc(size, alignment, zeroed);
+        follow_home_node(h);
+        p = lull_huge_alloc(size, alignment, zeroed, h->node);
     }
     if (p) return p;
 oom:

@@ -5,6 +5,7 @@
 #include "src/os.h"
 #include "src/segment_map.h"
 
+#include "numa/arena.h"
 #include "src/fault.h"
 
 #include <errno.h>
@@ -24,7 +25,7 @@ static lull_huge_accounting *acct_of(const lull_huge *h) {
 #define ACCT_ADD(field, v) atomic_fetch_add_explicit(&a->field, (v), memory_order_relaxed)
 #define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
-void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed) {
+void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     size_t offset = alignment > LULL_PAGE_SIZE ? alignment : LULL_PAGE_SIZE;
     if (size > LULL_MAX_ALLOC || offset > LULL_SEGMENT_SIZE) {
         errno = ENOMEM;
@@ -42,7 +43,10 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed) {
     h->usable = (size_t)((char *)base + map_len - ((char *)h + offset));
     h->block_offset = (uint32_t)offset;
     atomic_store_explicit(&h->freed, 0, memory_order_relaxed);
-    h->node = 0;
+    /* bind before the first touch (the header write below) */
+    if (lull_segment_prepare_hook)
+        lull_segment_prepare_hook(h, (size_t)((char *)base + map_len - (char *)h), node);
+    h->node = node;
     lull_huge_accounting *a = acct_of(h);
     ACCT_ADD(mapped, map_len);
     ACCT_ADD(live, h->usable);

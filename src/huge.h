@@ -15,7 +15,8 @@ typedef struct lull_huge_accounting {
 } lull_huge_accounting;
 extern lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
 
-void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed);
+/* A huge block homed on arena `node` (bound before its first touch). */
+void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node);
 void lull_huge_free(lull_huge *h, void *p);
 /* realloc of a huge block to `size`: extend its mapping in place when the
  * address space after it is free. False: the caller must copy. */

@@ -111,7 +111,7 @@ void lull_stats_collect(struct lull_counters *out) {
     out->node_count = (uint64_t)nodes;
     for (int n = 0; n < nodes; n++) {
         struct lull_counters_node *node = &out->nodes[n];
-        node->node_id = (uint64_t)n;
+        node->node_id = (uint64_t)lull_arenas[n].node;
         for (lull_segment *s = atomic_load_explicit(&lull_arenas[n].segments, memory_order_acquire);
              s; s = s->next)
             account_segment(s, &node->acct);
