@@ -322,3 +322,74 @@ void lull_arenas_after_fork_child(void) {
             }
     }
 }
+
+/* Warm reserve ------------------------------------------------------- */
+
+/* Move up to `max_slices` slices from `from` (minus `exclude`) into
+ * PURGING, as runs; the caller finishes each run with lull_arena_run_to(). */
+static size_t take_runs(lull_arena *a, _Atomic uint64_t *(*map_of)(lull_segment *),
+                        _Atomic uint64_t *(*exclude_of)(lull_segment *), size_t max_slices,
+                        lull_slice_run *out, size_t max) {
+    size_t n = 0, slices = 0;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire);
+         s && n < max && slices < max_slices; s = s->next) {
+        _Atomic uint64_t *map = map_of(s), *ex = exclude_of ? exclude_of(s) : NULL;
+        for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max && slices < max_slices; w++) {
+            uint64_t want = atomic_load_explicit(&map[w], memory_order_relaxed);
+            if (ex) want &= ~atomic_load_explicit(&ex[w], memory_order_relaxed);
+            while (want && (size_t)__builtin_popcountll(want) > max_slices - slices)
+                want &= ~((uint64_t)1 << (63 - __builtin_clzll(want))); /* drop the highest */
+            if (!want) continue;
+            uint64_t got = atomic_fetch_and_explicit(&map[w], ~want, memory_order_acq_rel) & want;
+            if (!got) continue;
+            atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
+            size_t before = n;
+            n += emit_runs(s, w, got, out + n, max - n);
+            uint64_t emitted = 0;
+            for (size_t i = before; i < n; i++) {
+                emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
+                slices += out[i].count;
+            }
+            uint64_t left = got & ~emitted;
+            if (left) {
+                atomic_fetch_or(&map[w], left);
+                atomic_fetch_and(&s->maps.purging[w], ~left);
+            }
+        }
+    }
+    return n;
+}
+
+static _Atomic uint64_t *clean_map(lull_segment *s) { return s->maps.clean; }
+static _Atomic uint64_t *lazy_map(lull_segment *s) { return s->maps.lazy; }
+static _Atomic uint64_t *warm_map(lull_segment *s) { return s->maps.warm; }
+
+size_t lull_arena_take_clean(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max) {
+    /* only zeroed clean slices: lazy ones are still resident anyway */
+    return take_runs(a, clean_map, lazy_map, max_slices, out, max);
+}
+
+size_t lull_arena_take_warm(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max) {
+    return take_runs(a, warm_map, NULL, max_slices, out, max);
+}
+
+void lull_arena_make_warm(const lull_slice_run *r) { run_move(r, r->segment->maps.warm, NULL); }
+
+void lull_arena_return_clean(const lull_slice_run *r) { run_move(r, r->segment->maps.clean, NULL); }
+
+size_t lull_arena_count_slices(lull_arena *a, int which) {
+    size_t n = 0;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s; s = s->next)
+        for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+            _Atomic uint64_t *m = which == 0 ? s->maps.dirty : which == 1 ? s->maps.warm : s->maps.clean;
+            n += (size_t)__builtin_popcountll(atomic_load_explicit(&m[w], memory_order_relaxed));
+        }
+    return n;
+}
+
+bool lull_arena_add_spare_segment(lull_arena *a) {
+    pthread_mutex_lock(&a->lock);
+    lull_segment *s = segment_create(a);
+    pthread_mutex_unlock(&a->lock);
+    return s != NULL;
+}

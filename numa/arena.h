@@ -59,6 +59,17 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
                              size_t max);
 /* The purge failed: PURGING -> FREE_DIRTY, nothing lost. */
 void lull_arena_purge_failed(const lull_slice_run *run);
+/* Warm reserve (reclaim thread): take up to max_slices FREE_CLEAN (zeroed)
+ * or WARM slices into PURGING; finish each run with make_warm (prefaulted:
+ * WARM) or return_clean / lull_arena_purge_done (FREE_CLEAN). */
+size_t lull_arena_take_clean(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max);
+size_t lull_arena_take_warm(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max);
+void lull_arena_make_warm(const lull_slice_run *run);
+void lull_arena_return_clean(const lull_slice_run *run);
+/* Slices in a state: 0 dirty, 1 warm, 2 clean. */
+size_t lull_arena_count_slices(lull_arena *a, int which);
+/* Map one more segment now, so a burst finds its slices without an mmap. */
+bool lull_arena_add_spare_segment(lull_arena *a);
 /* After fork in the child: no reclaim thread survived, so any PURGING
  * slice goes back to FREE_DIRTY. */
 void lull_arenas_after_fork_child(void);

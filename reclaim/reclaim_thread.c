@@ -13,6 +13,7 @@
 #include "reclaim/huge_queue.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
+#include "reclaim/warm_reserve.h"
 #include "src/config.h"
 #include "src/fault.h"
 #include "src/huge.h"
@@ -173,6 +174,7 @@ static bool tick(void) {
             work |= tick_lazy(&lull_arenas[i], now);
         }
     }
+    if (delay != LULL_PURGE_DELAY_NEVER) work |= lull_warm_reserve_tick(&R.backend, now);
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     __atomic_store_n(&R.stats.cpu_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec,

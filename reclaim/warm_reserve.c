@@ -1,0 +1,102 @@
+/* The warm reserve; see warm_reserve.h. */
+#include "reclaim/warm_reserve.h"
+#include "numa/arena.h"
+#include "reclaim/policy.h"
+#include "reclaim/purge_backend.h"
+#include "src/config.h"
+#include "src/linux_compat.h"
+
+#define STEP_RUNS 64
+
+static struct {
+    uint64_t last_refaulted;   /* policy counter at the last tick */
+    uint32_t last_refault_ms;  /* when purged slices last came back */
+    uint64_t recent_refault_slices;
+    lull_warm_stats stats;
+} W;
+
+static void run_ranges(const lull_slice_run *runs, size_t n, purge_range *ranges) {
+    for (size_t i = 0; i < n; i++) {
+        ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
+        ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
+    }
+}
+
+static size_t warm_slices(void) {
+    size_t n = 0;
+    for (int i = 0; i < lull_arena_count; i++) n += lull_arena_count_slices(&lull_arenas[i], 1);
+    return n;
+}
+
+bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
+    uint64_t refaulted = atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed);
+    if (refaulted != W.last_refaulted) {
+        /* a working set is coming back: remember how much of it */
+        uint64_t d = refaulted - W.last_refaulted;
+        W.recent_refault_slices = W.recent_refault_slices / 2 + d;
+        W.last_refault_ms = now;
+        W.last_refaulted = refaulted;
+    }
+    size_t bound = lull_config.warm_reserve_bytes >> LULL_SLICE_SHIFT;
+    bool active = W.last_refault_ms && (int32_t)(now - W.last_refault_ms) < LULL_WARM_IDLE_MS;
+    size_t target = active ? (size_t)W.recent_refault_slices : 0;
+    if (target > bound) target = bound;
+    __atomic_store_n(&W.stats.target_bytes, (uint64_t)target << LULL_SLICE_SHIFT, __ATOMIC_RELAXED);
+    size_t have = warm_slices();
+    lull_slice_run runs[STEP_RUNS];
+    purge_range ranges[STEP_RUNS];
+    int results[STEP_RUNS];
+    if (have < target) {
+        size_t want = target - have, n = 0;
+        for (int i = 0; i < lull_arena_count && n == 0; i++) {
+            n = lull_arena_take_clean(&lull_arenas[i], want, runs, STEP_RUNS);
+            if (n == 0 && lull_arena_add_spare_segment(&lull_arenas[i])) {
+                __atomic_store_n(&W.stats.spare_segments, W.stats.spare_segments + 1,
+                                 __ATOMIC_RELAXED);
+                n = lull_arena_take_clean(&lull_arenas[i], want, runs, STEP_RUNS);
+            }
+        }
+        if (n == 0) return false;
+        run_ranges(runs, n, ranges);
+        purge_backend_run(b, ranges, n, MADV_POPULATE_WRITE, results);
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] == 0) {
+                lull_arena_make_warm(&runs[i]);
+                bytes += ranges[i].len;
+            } else {
+                lull_arena_return_clean(&runs[i]); /* e.g. a kernel before 5.14 */
+            }
+        }
+        __atomic_store_n(&W.stats.prefaulted_bytes, W.stats.prefaulted_bytes + bytes,
+                         __ATOMIC_RELAXED);
+        return true;
+    }
+    if (have > target) { /* shrink: purge the surplus */
+        size_t n = 0;
+        for (int i = 0; i < lull_arena_count && n == 0; i++)
+            n = lull_arena_take_warm(&lull_arenas[i], have - target, runs, STEP_RUNS);
+        if (n == 0) return false;
+        run_ranges(runs, n, ranges);
+        purge_backend_run(b, ranges, n, MADV_DONTNEED, results);
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] == 0) {
+                lull_arena_purge_done(&runs[i], false);
+                bytes += ranges[i].len;
+            } else {
+                lull_arena_make_warm(&runs[i]);
+            }
+        }
+        __atomic_store_n(&W.stats.drained_bytes, W.stats.drained_bytes + bytes, __ATOMIC_RELAXED);
+        return true;
+    }
+    return false;
+}
+
+void lull_warm_reserve_stats(lull_warm_stats *out) {
+    out->prefaulted_bytes = __atomic_load_n(&W.stats.prefaulted_bytes, __ATOMIC_RELAXED);
+    out->drained_bytes = __atomic_load_n(&W.stats.drained_bytes, __ATOMIC_RELAXED);
+    out->spare_segments = __atomic_load_n(&W.stats.spare_segments, __ATOMIC_RELAXED);
+    out->target_bytes = __atomic_load_n(&W.stats.target_bytes, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,28 @@
+/* The warm reserve: when purged slices are coming back into use (the
+ * policy's refault evidence), the reclaim thread prefaults a bounded number
+ * of clean slices (MADV_POPULATE_WRITE) so that the next burst takes them
+ * without a page fault, and maps a spare segment ahead of demand so that it
+ * needs no mmap either. When refaults stop for LULL_WARM_IDLE_MS the reserve
+ * is purged again. Bounded by warm_reserve_mb. */
+#ifndef LULL_WARM_RESERVE_H
+#define LULL_WARM_RESERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LULL_WARM_IDLE_MS 3000
+
+typedef struct lull_warm_stats {
+    uint64_t prefaulted_bytes; /* count */
+    uint64_t drained_bytes;    /* count */
+    uint64_t spare_segments;   /* count */
+    uint64_t target_bytes;     /* gauge */
+} lull_warm_stats;
+
+struct purge_backend;
+/* One step on the reclaim tick; true if it did work. */
+bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now_ms);
+void lull_warm_reserve_stats(lull_warm_stats *out);
+
+#endif
