@@ -38,7 +38,8 @@ static size_t format_u64(char *buf, uint64_t v) {
         tmp[n++] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
     buf[n] = '\0';
     return n;
 }
@@ -73,7 +74,8 @@ static int proc_start_time(uint64_t pid, uint64_t *out) {
     }
     uint64_t v = 0;
     if (*p < '0' || *p > '9') return -EIO;
-    while (*p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+    while (*p >= '0' && *p <= '9')
+        v = v * 10 + (uint64_t)(*p++ - '0');
     *out = v;
     return 0;
 }
@@ -116,7 +118,10 @@ static enum existing handle_existing(const char *name, int *err) {
 
     if (hdr[0] == LULL_COUNTERS_MAGIC) {
         uint64_t pid = hdr[3], start = hdr[4], now;
-        if (proc_start_time(pid, &now) == 0 && now == start) {
+        /* our own pid: the page of this process before an exec (exec keeps
+         * the pid and start time but runs no exit handler), so it is ours
+         * to replace */
+        if (pid != (uint64_t)getpid() && proc_start_time(pid, &now) == 0 && now == start) {
             *err = EEXIST;
             lull_message("counter page %s is in use by live process %llu", name,
                          (unsigned long long)pid);
@@ -187,8 +192,7 @@ int counter_page_open(const char *name) {
         what = "ftruncate";
         if (ftruncate(fd, (off_t)sizeof(struct lull_counters)) == 0) {
             what = "mmap";
-            p = mmap(NULL, sizeof(struct lull_counters), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                     0);
+            p = mmap(NULL, sizeof(struct lull_counters), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         }
     }
     err = errno;
@@ -263,7 +267,8 @@ void counter_page_close(void) {
     if (!p) return;
     /* A publication that saw the page before we retracted it is still
      * writing: it takes microseconds. Later ones see NULL. */
-    while (__atomic_load_n(&publishing, __ATOMIC_SEQ_CST)) sched_yield();
+    while (__atomic_load_n(&publishing, __ATOMIC_SEQ_CST))
+        sched_yield();
     munmap(p, sizeof(struct lull_counters));
     if (getpid() == page_owner && shm_unlink(page_name) != 0 && errno != ENOENT)
         lull_message("cannot remove counter page %s: %s", page_name, err_text(errno));

@@ -6,15 +6,22 @@
 #include "src/init.h"
 #include "src/stats.h"
 
+#include <stdbool.h>
 #include <time.h>
 
 #define PUBLISH_EVERY_MS 50
+/* Short-lived processes (a shell pipeline, git's helpers) get no page: a
+ * process that exits or execs within this long leaves nothing in /dev/shm
+ * even when it is killed. */
+#define OPEN_AFTER_MS 1000
 
 extern void (*lull_reclaim_tick_hook)(void);
 extern void (*lull_reclaim_thread_start_hook)(void);
 void lull_stats_publish_register(void);
 
 static uint64_t last_publish_ns;
+static uint64_t thread_start_ns;
+static bool open_pending;
 
 static uint64_t mono_ns(void) {
     struct timespec t;
@@ -30,11 +37,15 @@ static void publish_now(void) {
 }
 
 static void publish_start(void) {
-    if (!lull_config.counter_page) return;
-    if (counter_page_open(lull_config.counter_page_name) == 0) publish_now();
+    thread_start_ns = mono_ns();
+    open_pending = lull_config.counter_page;
 }
 
 static void publish_tick(void) {
+    if (open_pending && mono_ns() - thread_start_ns >= (uint64_t)OPEN_AFTER_MS * 1000000u) {
+        open_pending = false;
+        if (counter_page_open(lull_config.counter_page_name) == 0) publish_now();
+    }
     if (!counter_page_name()) return;
     if (mono_ns() - last_publish_ns >= (uint64_t)PUBLISH_EVERY_MS * 1000000u) publish_now();
 }
