@@ -141,7 +141,7 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
         }
     }
     void *p;
-    if (size <= LULL_LARGE_MAX && alignment < LULL_SEGMENT_SIZE / 4) {
+    if (size <= LULL_LARGE_MAX && alignment <= LULL_SEGMENT_SIZE / 4) {
         p = large_alloc(h, size, alignment < LULL_SLICE_SIZE ? LULL_SLICE_SIZE : alignment);
         if (p) *zeroed = lull_span_of(lull_segment_of(p), p)->zeroed;
     } else {
@@ -264,12 +264,19 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
 
 void lull_free_not_segment(void *p) {
     if (!p) return;
+    lull_huge *h = lull_aligned_huge_of(p);
+    if (h) {
+        lull_huge_free(h, p);
+        return;
+    }
     lull_fatal("free(): invalid pointer %p (not allocated by lull)", p);
 }
 
 size_t lull_usable_generic(const void *p) {
     if (!p) return 0;
     lull_segment *seg = lull_segment_of(p);
+    lull_huge *aligned = lull_aligned_huge_of(p);
+    if (aligned) return aligned->usable;
     if (!lull_segment_map_has((uintptr_t)seg))
         lull_fatal("malloc_usable_size(): invalid pointer %p (not allocated by lull)", p);
     if (seg->magic == LULL_HUGE_MAGIC) {

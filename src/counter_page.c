@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <string.h>
@@ -24,10 +25,12 @@
 /* The mapping, published with seq_cst so that close and publish agree on
  * who may touch it (see counter_page_close). */
 static struct lull_counters *page;
-/* 1 while counter_page_publish() may be using `page`. */
+/* Number of counter_page_publish() calls that may be using `page`. */
 static int publishing;
 static char page_name[NAME_MAX_LEN + 2];
 static pid_t page_owner;
+/* The thread that opened the page: its only writer. */
+static pthread_t page_writer;
 static uint64_t page_size_cached;
 
 /* Decimal digits of v into buf (NUL-terminated); returns the length. */
@@ -214,6 +217,7 @@ int counter_page_open(const char *name) {
     __atomic_store_n(&p->magic, LULL_COUNTERS_MAGIC, __ATOMIC_RELEASE);
 
     page_owner = pid;
+    page_writer = pthread_self();
     __atomic_store_n(&page, p, __ATOMIC_SEQ_CST);
     lull_verbose("counter page %s", page_name);
     return 0;
@@ -229,8 +233,19 @@ void counter_page_publish(const struct lull_counters *c) {
     /* Dekker with counter_page_close(): we announce ourselves, then look at
      * the page; close retracts the page, then looks for us. Both seq_cst, so
      * at least one of us sees the other. */
-    __atomic_store_n(&publishing, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&publishing, 1, __ATOMIC_SEQ_CST);
     struct lull_counters *p = __atomic_load_n(&page, __ATOMIC_SEQ_CST);
+    if (p && !pthread_equal(pthread_self(), page_writer)) {
+        /* Not the page's writer (the page was opened by another thread,
+         * e.g. a test's page in a process whose reclaim thread publishes
+         * too): the page is not ours to write. */
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            lull_verbose("counter page %s: publication from a thread that did not open it "
+                         "ignored",
+                         page_name);
+        p = NULL;
+    }
     if (p) {
         lull_counters_word *dst = (lull_counters_word *)p;
         const lull_counters_word *src = (const lull_counters_word *)c;
@@ -259,7 +274,7 @@ void counter_page_publish(const struct lull_counters *c) {
             __atomic_store_n(&p->seq, s + 2, __ATOMIC_RELEASE);
         }
     }
-    __atomic_store_n(&publishing, 0, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&publishing, 1, __ATOMIC_RELEASE);
 }
 
 void counter_page_close(void) {

@@ -1,9 +1,10 @@
 /* The writer of the shared-memory counter page (include/lull/counters.h).
  *
- * One page per process. It is created by counter_page_open() and written by
- * counter_page_publish() from one thread (the reclaim thread). Should two
- * threads publish at once, one of the two publications is dropped (never
- * mixed). Nothing here allocates.
+ * One page per process, with one writer: the thread that called
+ * counter_page_open() (the reclaim thread) is the only one whose
+ * counter_page_publish() calls write the page; calls from any other thread
+ * are ignored (once reported with lull_verbose). So open the page on the
+ * thread that will publish. Nothing here allocates.
  *
  * Life cycle, for the caller:
  *   - at start:  counter_page_open(lull_config.counter_page_name)
@@ -23,7 +24,8 @@
 
 #include "lull/counters.h"
 
-/* Create and map the page. name: NULL or "" for "/lull.<pid>"; otherwise a
+/* Create and map the page; the calling thread becomes its writer.
+ * name: NULL or "" for "/lull.<pid>"; otherwise a
  * shm_open name (a leading '/' is added if missing; no other '/'; at most
  * 200 characters). The object is created O_EXCL with mode 0600. If the name
  * is taken by a stale page (its writer, identified by pid and start time,
@@ -38,8 +40,9 @@
 int counter_page_open(const char *name);
 
 /* Publish *c: seq becomes odd, the published part of the page (from
- * publish_mono_ns to the end) is copied from *c, seq becomes even (a
- * publication concurrent with another one on a second thread is skipped). The
+ * publish_mono_ns to the end) is copied from *c, seq becomes even. Only from
+ * the thread that opened the page (see above); the seq update is a
+ * compare-and-swap all the same, so two writers could never mix. The
  * header fields of *c (magic .. seq) are ignored, and publish_mono_ns and
  * publish_real_ns are set here from the clocks, and page_size if *c has 0.
  * Does nothing if no page is open. No system call except the vDSO clock reads. */

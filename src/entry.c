@@ -42,7 +42,7 @@ LULL_EXPORT size_t lull_usable_size(const void *p) {
 LULL_EXPORT bool lull_owns(const void *p) {
     if (!p) return false;
     lull_segment *seg = lull_segment_of(p);
-    return lull_segment_map_has((uintptr_t)seg);
+    return lull_segment_map_has((uintptr_t)seg) || lull_aligned_huge_of(p) != NULL;
 }
 
 LULL_EXPORT void *lull_realloc(void *p, size_t size) {
@@ -53,9 +53,10 @@ LULL_EXPORT void *lull_realloc(void *p, size_t size) {
     }
     size_t usable = lull_usable_size(p);
     if (size > usable && size > LULL_LARGE_MAX) {
-        lull_segment *seg = lull_segment_of(p);
-        if (seg->magic == LULL_HUGE_MAGIC && lull_huge_grow_in_place((lull_huge *)seg, size)) {
-            ((lull_huge *)seg)->size = size;
+        lull_huge *h = lull_aligned_huge_of(p);
+        if (!h && lull_segment_of(p)->magic == LULL_HUGE_MAGIC) h = (lull_huge *)lull_segment_of(p);
+        if (h && lull_huge_grow_in_place(h, size)) {
+            h->size = size;
             return p;
         }
     }
@@ -106,7 +107,7 @@ static void check_size(void *p, size_t alignment, size_t size) {
         lull_fatal("free_sized(): size %zu is larger than block %p (%zu usable bytes)", size, p,
                    usable);
     lull_segment *seg = lull_segment_of(p);
-    if (seg->magic != LULL_SEGMENT_MAGIC) return;
+    if (lull_aligned_huge_of(p) || seg->magic != LULL_SEGMENT_MAGIC) return;
     lull_span *span = lull_span_of(seg, p);
     if (span->kind != LULL_SPAN_SMALL) return;
     size_t asked = size < alignment ? alignment : size;

@@ -25,34 +25,48 @@ static lull_huge_accounting *acct_of(const lull_huge *h) {
 #define ACCT_ADD(field, v) atomic_fetch_add_explicit(&a->field, (v), memory_order_relaxed)
 #define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
+/* The block starts a whole slice (or its alignment) after the header: the
+ * span descriptors a free() of an interior pointer reads then lie in the
+ * header's own untouched pages, never in the caller's data. */
 void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
-    size_t offset = alignment > LULL_PAGE_SIZE ? alignment : LULL_PAGE_SIZE;
-    if (size > LULL_MAX_ALLOC || offset > LULL_SEGMENT_SIZE) {
+    if (size > LULL_MAX_ALLOC || alignment > LULL_MAX_ALLOC) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t len = offset + ((size + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1));
+    size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
+                    : alignment <= LULL_SEGMENT_SIZE ? alignment
+                                                     : LULL_SEGMENT_SIZE;
+    size_t need = offset + ((size + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1));
+    size_t slack = alignment > LULL_SEGMENT_SIZE ? alignment : LULL_SEGMENT_SIZE;
     void *base;
     size_t map_len;
-    lull_huge *h = lull_os_huge_map(len, &base, &map_len);
-    if (!h) return NULL;
+    if (!lull_os_huge_map(need + slack, &base, &map_len)) return NULL;
+    uintptr_t header;
+    if (alignment <= LULL_SEGMENT_SIZE) {
+        header = ((uintptr_t)base + LULL_SEGMENT_MASK) & ~(uintptr_t)LULL_SEGMENT_MASK;
+    } else { /* the block on the alignment, the header a segment below it */
+        uintptr_t block = ((uintptr_t)base + LULL_SEGMENT_SIZE + alignment - 1) & ~(alignment - 1);
+        header = block - LULL_SEGMENT_SIZE;
+    }
+    lull_huge *h = (lull_huge *)header;
+    /* bind before the first touch (the header write below) */
+    if (lull_segment_prepare_hook)
+        lull_segment_prepare_hook(h, (size_t)((char *)base + map_len - (char *)h), node);
     h->magic = LULL_HUGE_MAGIC;
     h->map_base = base;
     h->map_len = map_len;
     h->size = size;
     h->usable = (size_t)((char *)base + map_len - ((char *)h + offset));
     h->block_offset = (uint32_t)offset;
-    atomic_store_explicit(&h->freed, 0, memory_order_relaxed);
-    /* bind before the first touch (the header write below) */
-    if (lull_segment_prepare_hook)
-        lull_segment_prepare_hook(h, (size_t)((char *)base + map_len - (char *)h), node);
     h->node = node;
+    atomic_store_explicit(&h->freed, 0, memory_order_relaxed);
     lull_huge_accounting *a = acct_of(h);
     ACCT_ADD(mapped, map_len);
     ACCT_ADD(live, h->usable);
     ACCT_ADD(metadata, offset);
     ACCT_ADD(slack, (uint64_t)((char *)h - (char *)base));
     lull_segment_map_set((uintptr_t)h, true);
+    if (offset == LULL_SEGMENT_SIZE) lull_map_set(lull_aligned_huge_map, (uintptr_t)h + offset, true);
     *zeroed = true;
     return (char *)h + offset;
 }
@@ -65,6 +79,8 @@ void lull_huge_unmap(lull_huge *h) {
     ACCT_SUB(slack, (uint64_t)((char *)h - (char *)base));
     ACCT_SUB(mapped, len);
     lull_segment_map_set((uintptr_t)h, false);
+    if (h->block_offset == LULL_SEGMENT_SIZE)
+        lull_map_set(lull_aligned_huge_map, (uintptr_t)h + LULL_SEGMENT_SIZE, false);
     munmap(base, len);
 }
 

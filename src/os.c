@@ -62,25 +62,18 @@ void *lull_os_segment_map(void) {
     return NULL;
 }
 
-void *lull_os_huge_map(size_t aligned_len, void **base, size_t *len) {
-    if (lull_fault(LULL_FAULT_MMAP)) {
+void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {
+    if (lull_fault(LULL_FAULT_MMAP) || len > LULL_MAX_ALLOC + LULL_SEGMENT_SIZE) {
         errno = ENOMEM;
         return NULL;
     }
-    if (aligned_len > LULL_MAX_ALLOC) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    /* over-reserve by one segment and use the aligned part: the slack is
-     * address space only (never touched), and is unmapped with the block */
-    size_t total = aligned_len + LULL_SEGMENT_SIZE;
-    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (p == MAP_FAILED) {
         errno = ENOMEM;
         return NULL;
     }
     *base = p;
-    *len = total;
-    return (void *)align_up((uintptr_t)p, LULL_SEGMENT_SIZE);
+    *map_len = len;
+    return p;
 }

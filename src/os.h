@@ -10,10 +10,10 @@
 void lull_os_init(void);
 /* A new 32 MiB segment at a 32 MiB boundary, zeroed, or NULL (errno ENOMEM). */
 void *lull_os_segment_map(void);
-/* A mapping of at least len bytes that contains a 32 MiB-aligned address at
- * which `aligned_len` bytes fit; returns the aligned address, and the real
- * base/length through the pointers. NULL with errno ENOMEM. */
-void *lull_os_huge_map(size_t aligned_len, void **base, size_t *len);
+/* A mapping of len bytes for a huge block (the caller places its aligned
+ * header inside; the slack around it is address space only, never touched).
+ * Returns the base, also through *base / *map_len; NULL with errno ENOMEM. */
+void *lull_os_huge_map(size_t len, void **base, size_t *map_len);
 size_t lull_os_page_size(void);
 
 #endif
