@@ -60,13 +60,18 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n) {
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n;) {
         uint32_t freed = atomic_load_explicit(&s->freed_ms[i], memory_order_relaxed);
-        uint32_t purged = atomic_exchange_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
+        uint32_t purged = atomic_load_explicit(&s->purged_ms[i], memory_order_relaxed);
         unsigned j = i + 1;
         while (j < first + n && atomic_load_explicit(&s->freed_ms[j], memory_order_relaxed) == freed &&
-               (atomic_load_explicit(&s->purged_ms[j], memory_order_relaxed) != 0) == (purged != 0)) {
-            atomic_store_explicit(&s->purged_ms[j], 0, memory_order_relaxed);
+               (atomic_load_explicit(&s->purged_ms[j], memory_order_relaxed) != 0) == (purged != 0))
             j++;
-        }
+        if (purged) /* the refault monitor looks at which of its pages come back */
+            for (unsigned k = i; k < j;) {
+                unsigned off = k % 64, cnt = 64 - off < j - k ? 64 - off : j - k;
+                atomic_fetch_or_explicit(&s->refault_watch[k / 64], lull_bits_mask(off, cnt),
+                                         memory_order_relaxed);
+                k += cnt;
+            }
         if (freed) /* 0: never used since the segment was mapped */
             lull_policy_record_reuse(&lull_the_policy, now - freed, j - i, purged != 0,
                                      purged ? now - purged : 0);
@@ -190,8 +195,10 @@ void lull_arena_free_span(lull_span *span) {
     span->kind = LULL_SPAN_NONE;
     atomic_store_explicit(&span->heap, NULL, memory_order_relaxed);
     uint32_t now = lull_now_ms();
-    for (unsigned i = first; i < first + n; i++)
+    for (unsigned i = first; i < first + n; i++) {
         atomic_store_explicit(&s->freed_ms[i], now, memory_order_relaxed);
+        atomic_store_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
+    }
     for (unsigned i = first; i < first + n;) {
         unsigned off = i % 64;
         unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;

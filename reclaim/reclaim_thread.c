@@ -13,6 +13,7 @@
 #include "reclaim/huge_queue.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
+#include "reclaim/refault.h"
 #include "reclaim/warm_reserve.h"
 #include "src/config.h"
 #include "src/fault.h"
@@ -46,7 +47,6 @@ static struct {
 
 /* Hooks for the modules that ride on the tick (refault monitor, counter
  * page). Each runs on the reclaim thread. */
-void (*lull_reclaim_after_purge_hook)(void *addr, size_t len);
 void (*lull_reclaim_tick_hook)(void);
 void (*lull_reclaim_thread_start_hook)(void);
 
@@ -122,8 +122,7 @@ static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
         purge_backend_run(&R.backend, ranges, n, advice, results);
         for (size_t i = 0; i < n; i++) {
             if (results[i] == 0) {
-                if (lull_reclaim_after_purge_hook)
-                    lull_reclaim_after_purge_hook(ranges[i].addr, ranges[i].len);
+                lull_refault_after_purge(ranges[i].addr, ranges[i].len);
                 lull_arena_purge_done(&runs[i], advice == MADV_FREE);
                 bytes += ranges[i].len;
             } else {
@@ -175,6 +174,7 @@ static bool tick(void) {
         }
     }
     if (delay != LULL_PURGE_DELAY_NEVER) work |= lull_warm_reserve_tick(&R.backend, now);
+    lull_refault_tick(now);
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     __atomic_store_n(&R.stats.cpu_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec,
@@ -198,6 +198,7 @@ static void *reclaim_main(void *arg) {
     } else {
         lull_verbose("purge backend %s", purge_backend_name(kind));
     }
+    lull_refault_start();
     if (lull_reclaim_thread_start_hook) lull_reclaim_thread_start_hook();
     unsigned sleep_ms = BUSY_TICK_MS;
     for (;;) {
@@ -281,6 +282,7 @@ static void reclaim_fork_child(void) {
     /* the parent's reclaim thread does not exist here, and its ring must
      * never be used: forget it and start our own */
     purge_backend_forget_after_fork(&R.backend);
+    lull_refault_after_fork_child();
     bool was_running = atomic_load(&R.running);
     atomic_store(&R.running, false);
     atomic_store(&R.request_seq, 0);

@@ -4,6 +4,7 @@
 #include "numa/arena.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim.h"
+#include "reclaim/refault.h"
 #include "src/config.h"
 #include "src/heap.h"
 #include "src/huge.h"
@@ -15,11 +16,6 @@
 
 extern _Atomic uint64_t lull_heap_chunk_bytes;
 const purge_backend *lull_reclaim_backend(void);
-uint64_t lull_refault_fill_counters(struct lull_counters *out); /* reclaim/refault, optional */
-__attribute__((weak)) uint64_t lull_refault_fill_counters(struct lull_counters *out) {
-    (void)out;
-    return LULL_COUNTERS_REFAULT_OFF;
-}
 
 static void account_segment(lull_segment *s, struct lull_counters_accounting *a) {
     uint64_t free_map[LULL_SLICE_WORDS];

@@ -100,6 +100,8 @@ typedef struct lull_segment {
     lull_slice_maps maps;
     _Atomic uint32_t freed_ms[LULL_SLICES];  /* when each slice became free (0: never used) */
     _Atomic uint32_t purged_ms[LULL_SLICES]; /* when it was last purged (0: not since use) */
+    _Atomic uint64_t refault_watch[LULL_SLICE_WORDS]; /* reused after a purge: scan its pages */
+    _Atomic uint8_t refault_registered;     /* whole segment registered with userfaultfd */
     lull_span slices[LULL_SLICES];
 } lull_segment;
 

@@ -1,0 +1,130 @@
+/* Refault monitor driving; see refault.h. Reclaim thread only. */
+#include "reclaim/refault.h"
+#include "numa/arena.h"
+#include "reclaim/policy.h"
+#include "reclaim/uffd.h"
+#include "src/bitmap.h"
+#include "src/config.h"
+#include "src/message.h"
+
+#define SCAN_EVERY_MS 50
+#define SCAN_REGIONS 64
+
+static refault_monitor M;
+static bool opened;
+static uint32_t last_scan_ms;
+static _Atomic uint64_t refault_pages, distance_sum_ms, distance[LULL_COUNTERS_REFAULT_BUCKETS];
+
+void lull_refault_start(void) {
+    refault_mechanism best = lull_config.refault_monitor == LULL_SWITCH_OFF  ? REFAULT_OFF
+                             : lull_config.refault_monitor == LULL_SWITCH_ON ? REFAULT_WP_ASYNC
+                                                                             : REFAULT_PRESENT_SCAN;
+    refault_mechanism k = refault_monitor_open_at_most(&M, best);
+    opened = true;
+    lull_verbose("refault monitor: %s%s%s", refault_mechanism_name(k), M.reason[0] ? " - " : "",
+                 M.reason);
+}
+
+static void register_segments(void) {
+    for (int i = 0; i < lull_arena_count; i++)
+        for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
+             s; s = s->next)
+            if (!atomic_load_explicit(&s->refault_registered, memory_order_relaxed)) {
+                /* whole segments, once: registering part of one splits its VMA */
+                if (refault_register(&M, s, LULL_SEGMENT_SIZE) == 0)
+                    atomic_store_explicit(&s->refault_registered, 1, memory_order_relaxed);
+            }
+}
+
+void lull_refault_after_purge(void *addr, size_t len) {
+    if (!opened || M.kind != REFAULT_WP_ASYNC) return;
+    lull_segment *s = (lull_segment *)((uintptr_t)addr & ~LULL_SEGMENT_MASK);
+    /* MADV_DONTNEED dropped the markers: protect again before the slices
+     * can be handed out, so their next writes are seen */
+    if (atomic_load_explicit(&s->refault_registered, memory_order_relaxed))
+        refault_arm(&M, addr, len);
+}
+
+static void record(uint64_t pages, uint32_t distance_ms) {
+    atomic_fetch_add_explicit(&refault_pages, pages, memory_order_relaxed);
+    atomic_fetch_add_explicit(&distance_sum_ms, pages * distance_ms, memory_order_relaxed);
+    atomic_fetch_add_explicit(&distance[lull_counters_refault_bucket(distance_ms)], pages,
+                              memory_order_relaxed);
+}
+
+/* Slices taken again after a purge: how many of their pages are back. */
+static void scan_segment(lull_segment *s, uint32_t now) {
+    struct page_region regions[SCAN_REGIONS];
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+        uint64_t watch = atomic_load_explicit(&s->refault_watch[w], memory_order_relaxed);
+        if (!watch) continue;
+        uint64_t got = atomic_fetch_and_explicit(&s->refault_watch[w], ~watch, memory_order_relaxed) &
+                       watch;
+        uint64_t in_use = ~(atomic_load_explicit(&s->maps.dirty[w], memory_order_relaxed) |
+                            atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed) |
+                            atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed) |
+                            atomic_load_explicit(&s->maps.purging[w], memory_order_relaxed));
+        got &= in_use; /* freed again since: nothing to learn */
+        while (got) {
+            unsigned b = (unsigned)__builtin_ctzll(got);
+            uint64_t rest = ~(got >> b);
+            unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
+            unsigned slice = w * 64 + b;
+            uint32_t purged = atomic_load_explicit(&s->purged_ms[slice], memory_order_relaxed);
+            size_t pages = 0;
+            long r = refault_scan(&M, lull_slice_address(s, slice), (size_t)len << LULL_SLICE_SHIFT,
+                                  regions, SCAN_REGIONS, false, &pages);
+            if (r >= 0 && pages) record(pages, purged ? now - purged : 0);
+            got &= ~lull_bits_mask(b, len);
+        }
+    }
+}
+
+void lull_refault_tick(uint32_t now) {
+    if (!opened) return;
+    if (M.kind == REFAULT_WP_ASYNC) register_segments();
+    if (M.kind != REFAULT_WP_ASYNC && M.kind != REFAULT_PRESENT_SCAN) return;
+    if ((int32_t)(now - last_scan_ms) < SCAN_EVERY_MS) return;
+    last_scan_ms = now;
+    for (int i = 0; i < lull_arena_count; i++)
+        for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
+             s; s = s->next)
+            scan_segment(s, now);
+}
+
+void lull_refault_after_fork_child(void) {
+    if (!opened) return;
+    if (refault_monitor_after_fork_child(&M)) {
+        /* the child's memory is unregistered: register it again lazily */
+        for (int i = 0; i < lull_arena_count; i++)
+            for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
+                atomic_store(&s->refault_registered, 0);
+    }
+    last_scan_ms = 0;
+}
+
+uint64_t lull_refault_fill_counters(struct lull_counters *out) {
+    /* page-level figures where the kernel tells us; the allocator's own
+     * slice-level count otherwise (16 pages a slice) */
+    refault_mechanism k = opened ? M.kind : REFAULT_ACCOUNTING;
+    if (k == REFAULT_WP_ASYNC || k == REFAULT_PRESENT_SCAN) {
+        out->refault_pages = atomic_load_explicit(&refault_pages, memory_order_relaxed);
+        out->refault_distance_ms_sum = atomic_load_explicit(&distance_sum_ms, memory_order_relaxed);
+        for (int b = 0; b < LULL_COUNTERS_REFAULT_BUCKETS; b++)
+            out->refault_distance[b] = atomic_load_explicit(&distance[b], memory_order_relaxed);
+    } else {
+        uint64_t per = LULL_SLICE_SIZE / LULL_PAGE_SIZE;
+        out->refault_pages =
+            atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) * per;
+        for (int b = 0; b < 16 && b < LULL_COUNTERS_REFAULT_BUCKETS; b++)
+            out->refault_distance[b] =
+                atomic_load_explicit(&lull_the_policy.refault_distance_ms[b], memory_order_relaxed) *
+                per;
+    }
+    switch (k) {
+    case REFAULT_WP_ASYNC: return LULL_COUNTERS_REFAULT_UFFD_WP;
+    case REFAULT_PRESENT_SCAN: return LULL_COUNTERS_REFAULT_PAGEMAP_SCAN;
+    case REFAULT_ACCOUNTING: return LULL_COUNTERS_REFAULT_ACCOUNTING;
+    default: return LULL_COUNTERS_REFAULT_OFF;
+    }
+}

@@ -1,0 +1,28 @@
+/* The refault monitor as the reclaim thread drives it: which purged pages
+ * come back, and how soon.
+ *
+ * Mechanism (refault_monitor=): auto uses PAGEMAP_SCAN's present bit over
+ * slices that were taken again after a purge (no userfaultfd registration:
+ * measured on 6.18, a registered VMA turns every MADV_DONTNEED into a
+ * process-wide mmap_lock holder, and other threads' mmap/munmap then wait
+ * for milliseconds; see docs/refault.md); on also allows userfaultfd
+ * WP_ASYNC (whole segments registered once, purged ranges armed again after
+ * each purge, written pages read back with PAGEMAP_SCAN); off, or a kernel
+ * without PAGEMAP_SCAN, leaves the allocator's own slice-level accounting
+ * (every reuse of a purged slice is counted on the arena slow path). */
+#ifndef LULL_REFAULT_H
+#define LULL_REFAULT_H
+
+#include "lull/counters.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+void lull_refault_start(void);                  /* reclaim thread start */
+void lull_refault_after_purge(void *addr, size_t len); /* before the slices are released */
+void lull_refault_tick(uint32_t now_ms);
+void lull_refault_after_fork_child(void);
+/* Fill the refault fields of the counter page; returns the mechanism. */
+uint64_t lull_refault_fill_counters(struct lull_counters *out);
+
+#endif

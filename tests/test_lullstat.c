@@ -1,0 +1,721 @@
+/* lullstat, run as a separate program against pages written by the counter
+ * page writer (in a forked child) or crafted by hand.
+ *
+ * The binary is LULL_BUILD_DIR "/tools/lullstat" (built by tools/), or the
+ * path in the environment variable LULLSTAT. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+
+#include "lull/counters.h"
+#include "src/config.h"
+#include "src/counter_page.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef LULL_BUILD_DIR
+#define LULL_BUILD_DIR "."
+#endif
+
+extern char **environ;
+
+/* Exit codes of lullstat (see its --help). */
+enum {
+    LS_OK = 0,
+    LS_USAGE = 2,
+    LS_NOPROC = 3,
+    LS_NOPAGE = 4,
+    LS_VERSION = 5,
+    LS_PERM = 6,
+    LS_TORN = 7,
+    LS_STALE = 8,
+};
+
+static const char *lullstat_path(void) {
+    const char *p = getenv("LULLSTAT");
+    return p && *p ? p : LULL_BUILD_DIR "/tools/lullstat";
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Keep the library's own page out of the way (see test_counter_page.c);
+ * run with LULL_COUNTER_PAGE=off. */
+static void fresh(void) {
+    lull_config.counter_page = false;
+    counter_page_close();
+    if (access(lullstat_path(), X_OK) != 0)
+        cr_assert_fail("lullstat not found at %s (build tools/ first, or set LULLSTAT)",
+                       lullstat_path());
+}
+
+/* ------------------------------------------------------ running lullstat */
+
+struct run {
+    int status; /* exit code, or 128 + signal */
+    char out[1 << 16];
+    char err[1 << 13];
+};
+
+struct proc {
+    pid_t pid;
+    int out_fd, err_fd;
+};
+
+/* Start lullstat with argv (NULL-terminated, without argv[0]); `drop`:
+ * run it as uid/gid 65534 (we are root). */
+static struct proc start_lullstat(bool drop, const char *const *args) {
+    struct proc p;
+    p.out_fd = memfd_create("lullstat-out", MFD_CLOEXEC);
+    p.err_fd = memfd_create("lullstat-err", MFD_CLOEXEC);
+    cr_assert(p.out_fd >= 0 && p.err_fd >= 0);
+    /* Opened here, so a child without the rights to walk the build
+     * directory can still execute it. */
+    int exe = open(lullstat_path(), O_RDONLY | O_CLOEXEC);
+    cr_assert(exe >= 0, "open %s: %s", lullstat_path(), strerror(errno));
+    const char *argv[32] = {"lullstat"};
+    int n = 1;
+    for (; args[n - 1]; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    p.pid = fork();
+    cr_assert(p.pid >= 0);
+    if (p.pid == 0) {
+        dup2(p.out_fd, 1);
+        dup2(p.err_fd, 2);
+        if (drop) {
+            if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(120);
+        }
+        fexecve(exe, (char *const *)argv, environ);
+        _exit(121);
+    }
+    close(exe);
+    return p;
+}
+
+/* Wait (up to 10 s) until a running lullstat has written `lines` lines. */
+static void wait_lines(const struct proc *p, int lines) {
+    for (int i = 0; i < 1000; i++) {
+        char buf[4096];
+        ssize_t n = pread(p->out_fd, buf, sizeof buf, 0);
+        int nl = 0;
+        for (ssize_t j = 0; j < n; j++)
+            nl += buf[j] == '\n';
+        if (nl >= lines) return;
+        sleep_ms(10);
+    }
+}
+
+static void finish_lullstat(struct proc *p, struct run *r) {
+    int status;
+    cr_assert_eq(waitpid(p->pid, &status, 0), p->pid);
+    r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    ssize_t n = pread(p->out_fd, r->out, sizeof r->out - 1, 0);
+    r->out[n > 0 ? n : 0] = '\0';
+    n = pread(p->err_fd, r->err, sizeof r->err - 1, 0);
+    r->err[n > 0 ? n : 0] = '\0';
+    close(p->out_fd);
+    close(p->err_fd);
+    cr_assert(r->status != 120 && r->status != 121, "could not run lullstat (%d)", r->status);
+}
+
+static struct run *run_as(bool drop, const char *const *args) {
+    static struct run r;
+    struct proc p = start_lullstat(drop, args);
+    finish_lullstat(&p, &r);
+    return &r;
+}
+
+#define LULLSTAT(...) run_as(false, (const char *const[]){__VA_ARGS__, NULL})
+
+#define assert_contains(hay, needle)                                                               \
+    cr_assert(strstr((hay), (needle)) != NULL, "expected \"%s\" in:\n%s", (needle), (hay))
+
+/* ----------------------------------------------------------- publishers */
+
+static void fill_sample(struct lull_counters *c, bool consistent) {
+    memset(c, 0, sizeof *c);
+    c->flags = LULL_COUNTERS_F_RECLAIM_THREAD;
+    c->page_size = 4096;
+    c->node_count = 2;
+    c->backend = LULL_COUNTERS_BACKEND_URING;
+    c->refault_mechanism = LULL_COUNTERS_REFAULT_UFFD_WP;
+    c->purge_mode = LULL_COUNTERS_PURGE_DONTNEED;
+    c->purge_delay_ms = 1500;
+    c->malloc_count = 77777;
+    c->free_count = 66666;
+    c->reclaim_cpu_ns = 1234567890;
+    c->reclaim_ticks = 4321;
+    c->purge_calls[LULL_COUNTERS_BACKEND_URING] = 4242;
+    c->purge_syscalls[LULL_COUNTERS_BACKEND_URING] = 17;
+    c->purge_bytes[LULL_COUNTERS_BACKEND_URING] = 987654321;
+    c->purge_calls[LULL_COUNTERS_BACKEND_MADVISE] = 3;
+    c->purge_bytes[LULL_COUNTERS_BACKEND_MADVISE] = 12288;
+    c->huge_unmapped = 5;
+    c->huge_unmapped_bytes = 5 << 21;
+    c->purged_pages = 1000;
+    c->refault_pages = 25;
+    c->refault_distance[3] = 20;
+    c->refault_distance[15] = 5;
+    c->refault_distance_ms_sum = 20 * 5 + 5 * 20000;
+    struct lull_counters_accounting n0 = {0, 100000000, 1000, 2000, 3000, 0, 4000, 5000, 6000};
+    struct lull_counters_accounting n1 = {0, 23456789, 11, 22, 33, 44, 55, 66, 77};
+    n0.mapped = lull_counters_accounting_sum(&n0);
+    n1.mapped = lull_counters_accounting_sum(&n1);
+    c->nodes[0].node_id = 0;
+    c->nodes[0].acct = n0;
+    c->nodes[0].purge_bytes = 900000000;
+    c->nodes[0].refault_pages = 20;
+    c->nodes[1].node_id = 1;
+    c->nodes[1].acct = n1;
+    c->nodes[1].purge_bytes = 87666609;
+    c->nodes[1].refault_pages = 5;
+    struct lull_counters_accounting t = {
+        n0.mapped + n1.mapped,       n0.live + n1.live,   n0.rounding + n1.rounding,
+        n0.span_free + n1.span_free, n0.dirty + n1.dirty, n0.purging + n1.purging,
+        n0.purged + n1.purged,       n0.warm + n1.warm,   n0.metadata + n1.metadata};
+    c->total = t; /* live = 123456789 */
+    if (!consistent) c->total.mapped += 4096;
+    snprintf(c->config, sizeof c->config, "purge_delay=auto,backend=uring,test=\"lullstat\"");
+}
+
+struct publisher {
+    pid_t pid;
+};
+
+static volatile sig_atomic_t publisher_stop;
+static void on_term(int sig) {
+    (void)sig;
+    publisher_stop = 1;
+}
+
+/* A child that opens its page /lull.<pid> and publishes *c every ms until
+ * SIGTERM; it then closes the page (removing it) and exits. (A signal, not
+ * a pipe: a pipe end would leak into the other children.) */
+static struct publisher start_publisher(const struct lull_counters *c) {
+    int ready[2];
+    cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
+    struct publisher p;
+    p.pid = fork();
+    cr_assert(p.pid >= 0);
+    if (p.pid == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_term;
+        sigaction(SIGTERM, &sa, NULL);
+        /* Stop too if the test dies on a failed assertion. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() == 1) _exit(2);
+        counter_page_close();
+        int rc = counter_page_open(NULL);
+        if (rc == 0) counter_page_publish(c);
+        if (write(ready[1], &rc, sizeof rc) != sizeof rc || rc != 0) _exit(1);
+        while (!publisher_stop) {
+            counter_page_publish(c);
+            sleep_ms(1);
+        }
+        counter_page_close();
+        _exit(0);
+    }
+    close(ready[1]);
+    int rc = -1;
+    cr_assert_eq(read(ready[0], &rc, sizeof rc), (ssize_t)sizeof rc);
+    cr_assert_eq(rc, 0, "publisher could not open its page: %d", rc);
+    close(ready[0]);
+    return p;
+}
+
+static void stop_publisher(struct publisher *p) {
+    kill(p->pid, SIGTERM);
+    int status;
+    cr_assert_eq(waitpid(p->pid, &status, 0), p->pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A child that just sleeps (a live process without a page). */
+static pid_t start_sleeper(void) {
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (;;)
+            pause();
+    }
+    return pid;
+}
+
+static void kill_wait(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* The pid of a process that has exited and been reaped. */
+static pid_t dead_pid(void) {
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) _exit(0);
+    waitpid(pid, NULL, 0);
+    return pid;
+}
+
+static uint64_t start_time_of(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long long v = 0;
+    cr_assert_eq(sscanf(p + 2,
+                        "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+                        "%*s %*s %*s %llu",
+                        &v),
+                 1);
+    return v;
+}
+
+/* Write a page by hand: /dev/shm/<name> with the given header. */
+static void craft_page(const char *name, uint64_t magic, uint64_t version, uint64_t pid,
+                       uint64_t start_time, uint64_t seq) {
+    char path[256];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    unlink(path);
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+    cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    c.magic = magic;
+    c.abi_version = version;
+    c.size = sizeof c;
+    c.pid = pid;
+    c.start_time = start_time;
+    c.seq = seq;
+    cr_assert_eq(pwrite(fd, &c, sizeof c, 0), (ssize_t)sizeof c);
+    close(fd);
+}
+
+static bool shm_exists(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    return access(path, F_OK) == 0;
+}
+
+static char *pidstr(char *buf, pid_t pid) {
+    sprintf(buf, "%d", (int)pid);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+TestSuite(lullstat, .timeout = 60);
+
+Test(lullstat, prints_a_live_process) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char pid[16];
+    struct run *r = LULLSTAT(pidstr(pid, p.pid));
+    cr_assert_eq(r->status, LS_OK, "status %d, stderr: %s", r->status, r->err);
+    assert_contains(r->out, "123456789"); /* total live */
+    assert_contains(r->out, "100000000"); /* node 0 live */
+    assert_contains(r->out, "23456789");  /* node 1 live */
+    assert_contains(r->out, "sum == mapped: ok");
+    assert_contains(r->out, "node 1");
+    assert_contains(r->out, "987654321"); /* uring purge bytes */
+    assert_contains(r->out, "4242");
+    assert_contains(r->out, "uring");
+    assert_contains(r->out, "dontneed");
+    assert_contains(r->out, "1500 ms");
+    assert_contains(r->out, "uffd_wp");
+    assert_contains(r->out, "0.0250"); /* wasted-purge ratio 25 / 1000 */
+    assert_contains(r->out, "77777");
+    assert_contains(r->out, "66666");
+    assert_contains(r->out, "4321 ticks");
+    assert_contains(r->out, "test=\"lullstat\"");
+    assert_contains(r->out, "reclaim");
+    assert_contains(r->out, "refault");
+    assert_contains(r->out, "config");
+    stop_publisher(&p);
+}
+
+Test(lullstat, identity_mismatch_is_flagged) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, false);
+    struct publisher p = start_publisher(&c);
+    char pid[16];
+    struct run *r = LULLSTAT(pidstr(pid, p.pid));
+    cr_assert_eq(r->status, LS_OK, "stderr: %s", r->err);
+    assert_contains(r->out, "sum == mapped: MISMATCH");
+    cr_assert_null(strstr(r->out, "sum == mapped: ok"));
+    r = LULLSTAT("--json", pid);
+    assert_contains(r->out, "\"identity_ok\":false");
+    stop_publisher(&p);
+}
+
+/* Braces and brackets balance outside strings, and the text is one object. */
+static bool json_balanced(const char *s) {
+    int depth = 0;
+    bool in_str = false;
+    while (*s == ' ')
+        s++;
+    if (*s != '{') return false;
+    for (; *s; s++) {
+        if (in_str) {
+            if (*s == '\\' && s[1])
+                s++;
+            else if (*s == '"')
+                in_str = false;
+            continue;
+        }
+        if (*s == '"') in_str = true;
+        if (*s == '{' || *s == '[') depth++;
+        if (*s == '}' || *s == ']') {
+            if (--depth < 0) return false;
+            if (depth == 0 && s[1] != '\n' && s[1] != '\0') return false;
+        }
+    }
+    return depth == 0 && !in_str;
+}
+
+Test(lullstat, json) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char pid[16];
+    struct run *r = LULLSTAT("--json", pidstr(pid, p.pid));
+    cr_assert_eq(r->status, LS_OK, "stderr: %s", r->err);
+    cr_assert(json_balanced(r->out), "not one balanced JSON object:\n%s", r->out);
+    char want[64];
+    snprintf(want, sizeof want, "\"pid\":%d", (int)p.pid);
+    assert_contains(r->out, want);
+    assert_contains(r->out, "\"abi_version\":1");
+    assert_contains(r->out, "\"accounting\":{\"mapped\":");
+    assert_contains(r->out, "\"live\":123456789");
+    assert_contains(r->out, "\"identity_ok\":true");
+    assert_contains(r->out, "\"nodes\":[{\"node\":0");
+    assert_contains(r->out, "\"backend\":\"uring\"");
+    assert_contains(r->out, "\"uring\":{\"calls\":4242,\"syscalls\":17,\"bytes\":987654321}");
+    assert_contains(r->out, "\"wasted_purge_ratio\":0.025");
+    assert_contains(r->out, "\"malloc_count\":77777");
+    assert_contains(r->out, "\"config\":\"purge_delay=auto,backend=uring,test=\\\"lullstat\\\"\"");
+    stop_publisher(&p);
+}
+
+Test(lullstat, prometheus) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char pid[16];
+    struct run *r = LULLSTAT("--prom", pidstr(pid, p.pid));
+    cr_assert_eq(r->status, LS_OK, "stderr: %s", r->err);
+    assert_contains(r->out, "# HELP lull_live_bytes ");
+    assert_contains(r->out, "# TYPE lull_live_bytes gauge");
+    char want[128];
+    snprintf(want, sizeof want, "lull_live_bytes{pid=\"%d\"} 123456789\n", (int)p.pid);
+    assert_contains(r->out, want);
+    snprintf(want, sizeof want, "lull_node_live_bytes{pid=\"%d\",node=\"1\"} 23456789\n",
+             (int)p.pid);
+    assert_contains(r->out, want);
+    assert_contains(r->out, "# TYPE lull_purge_bytes_total counter");
+    snprintf(want, sizeof want, "lull_purge_bytes_total{pid=\"%d\",backend=\"uring\"} 987654321",
+             (int)p.pid);
+    assert_contains(r->out, want);
+    assert_contains(r->out, "# TYPE lull_refault_distance_seconds histogram");
+    assert_contains(r->out, "le=\"+Inf\"} 25\n");
+
+    /* Every sample has the lull_ prefix and a HELP and TYPE line before it
+     * for its family. */
+    char *save, *text = strdup(r->out);
+    char family[128] = "";
+    bool help = false, type = false;
+    int samples = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char name[128];
+        if (sscanf(line, "# HELP %127s", name) == 1) {
+            snprintf(family, sizeof family, "%s", name);
+            help = true;
+            type = false;
+            continue;
+        }
+        if (sscanf(line, "# TYPE %127s", name) == 1) {
+            cr_assert_str_eq(name, family);
+            type = true;
+            continue;
+        }
+        cr_assert(line[0] != '#', "stray comment: %s", line);
+        cr_assert(strncmp(line, "lull_", 5) == 0, "sample without lull_ prefix: %s", line);
+        cr_assert(help && type, "sample before HELP/TYPE: %s", line);
+        cr_assert(strncmp(line, family, strlen(family)) == 0, "sample %s outside family %s", line,
+                  family);
+        samples++;
+    }
+    free(text);
+    cr_assert(samples > 40, "%d samples", samples);
+    stop_publisher(&p);
+}
+
+Test(lullstat, interval_lines_and_count) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char pid[16];
+    struct run *r = LULLSTAT("-i", "50", "-n", "3", pidstr(pid, p.pid));
+    cr_assert_eq(r->status, LS_OK, "stderr: %s", r->err);
+    int lines = 0;
+    for (char *s = r->out; *s; s++)
+        lines += *s == '\n';
+    cr_assert_eq(lines, 4, "want header + 3 lines:\n%s", r->out);
+    assert_contains(r->out, "mapped");
+    assert_contains(r->out, "118M"); /* total live 123456789 bytes */
+
+    r = LULLSTAT("-i", "20", "-n", "25", pid);
+    cr_assert_eq(r->status, LS_OK);
+    int headers = 0;
+    for (char *s = r->out; (s = strstr(s, "mapped")); s++)
+        headers++;
+    cr_assert_eq(headers, 2, "a header every 20 lines:\n%s", r->out);
+
+    r = LULLSTAT("--json", "-i", "20", "-n", "2", pid);
+    cr_assert_eq(r->status, LS_OK);
+    char *second = strchr(r->out, '\n');
+    cr_assert(second && json_balanced(second + 1));
+    stop_publisher(&p);
+}
+
+Test(lullstat, interval_stops_on_ctrl_c) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char pid[16];
+    pidstr(pid, p.pid);
+    struct proc lp = start_lullstat(false, (const char *const[]){"-i", "30", pid, NULL});
+    /* Lines come out once the SIGINT handler is in place: wait for three. */
+    wait_lines(&lp, 3);
+    kill(lp.pid, SIGINT);
+    static struct run r;
+    finish_lullstat(&lp, &r);
+    cr_assert_eq(r.status, LS_OK, "status %d", r.status);
+    int lines = 0;
+    for (char *s = r.out; *s; s++)
+        lines += *s == '\n';
+    cr_assert(lines >= 3, "%d lines", lines);
+    stop_publisher(&p);
+}
+
+Test(lullstat, interval_ends_when_process_exits) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char pid[16];
+    pidstr(pid, p.pid);
+    struct proc lp = start_lullstat(false, (const char *const[]){"-i", "20", pid, NULL});
+    wait_lines(&lp, 3);
+    stop_publisher(&p);
+    static struct run r;
+    finish_lullstat(&lp, &r);
+    cr_assert_eq(r.status, LS_NOPROC, "status %d", r.status);
+    assert_contains(r.err, "exited");
+}
+
+Test(lullstat, bad_pid) {
+    fresh();
+    char pid[16];
+    struct run *r = LULLSTAT(pidstr(pid, dead_pid()));
+    cr_assert_eq(r->status, LS_NOPROC);
+    assert_contains(r->err, "no such process");
+    r = LULLSTAT("abc");
+    cr_assert_eq(r->status, LS_USAGE);
+    assert_contains(r->err, "bad pid");
+    r = LULLSTAT("-i", "0", "1");
+    cr_assert_eq(r->status, LS_USAGE);
+}
+
+Test(lullstat, missing_page) {
+    fresh();
+    pid_t s = start_sleeper();
+    char pid[16];
+    struct run *r = LULLSTAT(pidstr(pid, s));
+    kill_wait(s);
+    cr_assert_eq(r->status, LS_NOPAGE, "status %d: %s", r->status, r->err);
+    assert_contains(r->err, "no counter page");
+    r = LULLSTAT("--name", "lulltest-no-such-page");
+    cr_assert_eq(r->status, LS_NOPAGE);
+}
+
+Test(lullstat, unknown_version) {
+    fresh();
+    pid_t s = start_sleeper();
+    char name[64], pid[16];
+    snprintf(name, sizeof name, "lull.%d", (int)s);
+    craft_page(name, LULL_COUNTERS_MAGIC, 999, (uint64_t)s, start_time_of(s), 2);
+    struct run *r = LULLSTAT(pidstr(pid, s));
+    int status = r->status;
+    static char err[sizeof((struct run *)0)->err];
+    snprintf(err, sizeof err, "%s", r->err);
+    r = LULLSTAT("--name", name);
+    kill_wait(s);
+    shm_unlink(name);
+    cr_assert_eq(status, LS_VERSION, "status %d: %s", status, err);
+    assert_contains(err, "version 999");
+    assert_contains(err, "knows version 1");
+    cr_assert_eq(r->status, LS_VERSION);
+    assert_contains(r->err, "999");
+}
+
+Test(lullstat, not_a_counter_page) {
+    fresh();
+    char name[64];
+    snprintf(name, sizeof name, "lulltest-badmagic-%d", (int)getpid());
+    craft_page(name, 0x1234, 1, (uint64_t)getpid(), 0, 2);
+    struct run *r = LULLSTAT("--name", name);
+    shm_unlink(name);
+    cr_assert_eq(r->status, LS_VERSION);
+    assert_contains(r->err, "not a lull counter page");
+}
+
+Test(lullstat, permission_denied) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char pid[16], name[64], path[128];
+    pidstr(pid, p.pid);
+    snprintf(name, sizeof name, "lull.%d", (int)p.pid);
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    bool root = geteuid() == 0;
+    if (!root) cr_assert_eq(chmod(path, 0), 0); /* our own page, unreadable */
+    /* As root, drop to uid 65534 in the child: root would read any page. */
+    struct run *r = run_as(root, (const char *const[]){pid, NULL});
+    if (!root) chmod(path, 0600);
+    cr_assert_eq(r->status, LS_PERM, "status %d: %s%s", r->status, r->out, r->err);
+    assert_contains(r->err, "permission denied");
+    stop_publisher(&p);
+}
+
+Test(lullstat, torn_snapshot_is_reported, .timeout = 30) {
+    fresh();
+    pid_t s = start_sleeper();
+    char name[64], pid[16];
+    snprintf(name, sizeof name, "lull.%d", (int)s);
+    /* seq odd forever: the writer died in the middle of a publication */
+    craft_page(name, LULL_COUNTERS_MAGIC, 1, (uint64_t)s, start_time_of(s), 5);
+    struct run *r = LULLSTAT(pidstr(pid, s));
+    kill_wait(s);
+    shm_unlink(name);
+    cr_assert_eq(r->status, LS_TORN, "status %d: %s", r->status, r->err);
+    assert_contains(r->err, "no consistent snapshot");
+}
+
+Test(lullstat, stale_pages_listed_and_cleaned) {
+    fresh();
+    /* a page whose process is gone */
+    pid_t dead = dead_pid();
+    char dead_name[64], pid[16];
+    snprintf(dead_name, sizeof dead_name, "lull.%d", (int)dead);
+    craft_page(dead_name, LULL_COUNTERS_MAGIC, 1, (uint64_t)dead, 12345, 2);
+    /* another dead one, named with a non-pid name (as --name pages are) */
+    char other_name[64];
+    snprintf(other_name, sizeof other_name, "lull.test-other-%d", (int)getpid());
+    craft_page(other_name, LULL_COUNTERS_MAGIC, 1, (uint64_t)dead, 12345, 2);
+    /* a page whose pid was reused by another (live) process */
+    pid_t s = start_sleeper();
+    char reused_name[64];
+    snprintf(reused_name, sizeof reused_name, "lull.%d", (int)s);
+    craft_page(reused_name, LULL_COUNTERS_MAGIC, 1, (uint64_t)s, start_time_of(s) + 1000, 2);
+    /* and a live page */
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char live_name[64];
+    snprintf(live_name, sizeof live_name, "lull.%d", (int)p.pid);
+
+    struct run *r = LULLSTAT("--list");
+    cr_assert_eq(r->status, LS_OK);
+    char line[256];
+    snprintf(line, sizeof line, "/%s", dead_name);
+    char *at = strstr(r->out, line);
+    cr_assert(at, "dead page not listed:\n%s", r->out);
+    cr_assert(strstr(at, "stale") && strstr(at, "stale") < strchr(at, '\n'), "%s", r->out);
+    snprintf(line, sizeof line, "/%s", reused_name);
+    at = strstr(r->out, line);
+    cr_assert(at && strstr(at, "stale") < strchr(at, '\n'), "%s", r->out);
+    snprintf(line, sizeof line, "/%s", live_name);
+    at = strstr(r->out, line);
+    cr_assert(at, "live page not listed:\n%s", r->out);
+    char *eol = strchr(at, '\n');
+    cr_assert(strstr(at, "alive") && strstr(at, "alive") < eol, "%s", r->out);
+    cr_assert(strstr(at, "test_lullstat") && strstr(at, "test_lullstat") < eol,
+              "command name of the live process missing:\n%s", r->out);
+
+    /* lullstat on the dead pid mentions the stale page; on the reused pid
+     * it refuses the page. */
+    r = LULLSTAT(pidstr(pid, dead));
+    cr_assert_eq(r->status, LS_NOPROC);
+    assert_contains(r->err, "stale");
+    r = LULLSTAT(pidstr(pid, s));
+    cr_assert_eq(r->status, LS_STALE, "status %d: %s", r->status, r->err);
+
+    /* --clean with names/pids touches only those (a plain --clean would
+     * also remove stale pages other tests running now may be looking at). */
+    char dead_pid_arg[16];
+    pidstr(dead_pid_arg, dead);
+    r = LULLSTAT("--clean", dead_pid_arg, reused_name, live_name);
+    cr_assert_eq(r->status, LS_OK, "stderr: %s", r->err);
+    snprintf(line, sizeof line, "removed /%s", dead_name);
+    assert_contains(r->out, line);
+    snprintf(line, sizeof line, "removed /%s", reused_name);
+    assert_contains(r->out, line);
+    cr_assert(!shm_exists(dead_name));
+    cr_assert(!shm_exists(reused_name));
+    cr_assert(shm_exists(live_name), "--clean removed a live page");
+    snprintf(line, sizeof line, "kept /%s", live_name);
+    assert_contains(r->out, line);
+    cr_assert(shm_exists(other_name), "--clean PID... removed a page it was not given");
+
+    /* by name; and a page that is not there */
+    r = LULLSTAT("--clean", other_name);
+    cr_assert_eq(r->status, LS_OK, "stderr: %s", r->err);
+    cr_assert(!shm_exists(other_name));
+    r = LULLSTAT("--clean", other_name);
+    cr_assert_eq(r->status, LS_NOPAGE);
+
+    kill_wait(s);
+    stop_publisher(&p);
+    cr_assert(!shm_exists(live_name));
+}
+
+Test(lullstat, named_page) {
+    fresh();
+    char name[64];
+    snprintf(name, sizeof name, "lulltest-named-%d", (int)getpid());
+    cr_assert_eq(counter_page_open(name), 0);
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    counter_page_publish(&c);
+    struct run *r = LULLSTAT("--name", name);
+    cr_assert_eq(r->status, LS_OK, "stderr: %s", r->err);
+    assert_contains(r->out, "123456789");
+    counter_page_close();
+}

@@ -1,0 +1,1090 @@
+/* lullstat: print the counter page of a process running lull.
+ *
+ * Built against include/lull/counters.h only (the ABI), never the library:
+ * it reads pages of any lull of the same ABI version.
+ *
+ *   lullstat PID                 the page of PID, once
+ *   lullstat -i MS [-n N] PID    one line every MS ms (vmstat style)
+ *   lullstat --json PID          JSON (one object per line with -i)
+ *   lullstat --prom PID          Prometheus text exposition format
+ *   lullstat --name NAME         a page by its shm name instead of a pid
+ *   lullstat --list              lull pages on this machine, alive or stale
+ *   lullstat --clean [PID|NAME]  remove stale pages (of dead processes)
+ */
+#define _GNU_SOURCE
+#include <lull/counters.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Exit codes (also in --help). */
+enum {
+    EX_OK = 0,
+    EX_FAIL = 1,    /* anything else (I/O error, ...) */
+    EX_USAGE = 2,   /* bad command line */
+    EX_NOPROC = 3,  /* no such process (or it exited during -i) */
+    EX_NOPAGE = 4,  /* the process has no counter page */
+    EX_VERSION = 5, /* unknown ABI version, or not a counter page */
+    EX_PERM = 6,    /* permission denied (another user's page) */
+    EX_TORN = 7,    /* no consistent snapshot: the writer is stuck mid-publication */
+    EX_STALE = 8,   /* the page named after PID belongs to an earlier, dead process */
+};
+
+static const char *prog = "lullstat";
+
+static void err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void err(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------ processes */
+
+/* Start time (field 22 of /proc/PID/stat) of a running process: 0, or
+ * -ESRCH (no such process, or a zombie), -EIO. */
+static int proc_start_time(uint64_t pid, uint64_t *out) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%" PRIu64 "/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? -ESRCH : -EIO;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0) return len == 0 ? -ESRCH : -EIO;
+    buf[len] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return -EIO;
+    p += 2;
+    if (*p == 'Z' || *p == 'X' || *p == 'x') return -ESRCH;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return -EIO;
+        p++;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (end == p || errno) return -EIO;
+    *out = v;
+    return 0;
+}
+
+/* Is the writer of a page with this (pid, start_time) still running? */
+static bool writer_alive(uint64_t pid, uint64_t start_time) {
+    uint64_t now;
+    if (pid == 0 || pid > INT_MAX) return false;
+    if (proc_start_time(pid, &now) != 0) return false;
+    return start_time == 0 || now == start_time; /* 0: the writer could not read its own */
+}
+
+static void proc_comm(uint64_t pid, char *buf, size_t len) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%" PRIu64 "/comm", pid);
+    snprintf(buf, len, "-");
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    if (fgets(buf, (int)len, f)) buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+}
+
+/* ---------------------------------------------------------------- pages */
+
+struct page {
+    char name[256]; /* shm name, "/lull.1234" */
+    const volatile struct lull_counters *map;
+    size_t len;
+};
+
+static void page_unmap(struct page *pg) {
+    if (pg->map) munmap((void *)pg->map, pg->len);
+    pg->map = NULL;
+}
+
+static int header_ok(const struct page *pg, uint64_t magic, uint64_t version, uint64_t size,
+                     size_t file_size) {
+    if (magic != LULL_COUNTERS_MAGIC) {
+        err("%s is not a lull counter page (bad magic 0x%016" PRIx64 ")", pg->name, magic);
+        return EX_VERSION;
+    }
+    if (version != LULL_COUNTERS_ABI_VERSION) {
+        err("%s has counter page ABI version %" PRIu64 "; this lullstat knows version %d", pg->name,
+            version, LULL_COUNTERS_ABI_VERSION);
+        return EX_VERSION;
+    }
+    if (size < sizeof(struct lull_counters) || file_size < sizeof(struct lull_counters)) {
+        err("%s (ABI version %" PRIu64 ") is %" PRIu64 " bytes (file %zu); this lullstat needs %zu",
+            pg->name, version, size, file_size, sizeof(struct lull_counters));
+        return EX_VERSION;
+    }
+    return EX_OK;
+}
+
+/* Map the page `name` read-only and check its header. */
+static int page_open(struct page *pg, const char *name) {
+    memset(pg, 0, sizeof *pg);
+    snprintf(pg->name, sizeof pg->name, "%s%s", name[0] == '/' ? "" : "/", name);
+    int fd = shm_open(pg->name, O_RDONLY, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT) return EX_NOPAGE;
+        if (e == EACCES || e == EPERM) {
+            err("%s: permission denied (the page is readable by its owner only: run lullstat as "
+                "the same user as the process, or as root)",
+                pg->name);
+            return EX_PERM;
+        }
+        err("%s: %s", pg->name, strerror(e));
+        return EX_FAIL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        err("%s: %s", pg->name, strerror(errno));
+        close(fd);
+        return EX_FAIL;
+    }
+    size_t fsize = (size_t)st.st_size;
+    if (fsize < offsetof(struct lull_counters, seq) + 8) {
+        close(fd);
+        err("%s is not a lull counter page (%zu bytes)", pg->name, fsize);
+        return EX_VERSION;
+    }
+    pg->len = fsize < sizeof(struct lull_counters) ? fsize : sizeof(struct lull_counters);
+    void *m = mmap(NULL, pg->len, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED) {
+        err("%s: mmap: %s", pg->name, strerror(e));
+        return EX_FAIL;
+    }
+    pg->map = m;
+    /* magic is stored last when the page is created: give a writer that is
+     * just starting a moment. */
+    uint64_t magic = 0;
+    for (int i = 0; i < 50; i++) {
+        magic = __atomic_load_n(&pg->map->magic, __ATOMIC_ACQUIRE);
+        if (magic != 0) break;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    int rc = header_ok(pg, magic, pg->map->abi_version, pg->map->size, fsize);
+    if (rc != EX_OK) page_unmap(pg);
+    return rc;
+}
+
+/* A consistent copy; retries for about a second. */
+static int page_snapshot(const struct page *pg, struct lull_counters *out) {
+    for (int i = 0; i < 1000; i++) {
+        if (lull_counters_snapshot(pg->map, out) == 0) {
+            out->config[sizeof out->config - 1] = '\0';
+            return EX_OK;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    err("%s: no consistent snapshot after 1 s of retries (seq stays odd at %" PRIu64
+        "): the writer is stuck or died while publishing",
+        pg->name, pg->map->seq);
+    return EX_TORN;
+}
+
+/* ----------------------------------------------------------- formatting */
+
+static uint64_t now_ns(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* "1.5 MiB" (long) or "1.5M" (compact). */
+static const char *human(char *buf, size_t len, double v, bool compact) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (compact) {
+        if (u == 0)
+            snprintf(buf, len, "%.0f", v);
+        else
+            snprintf(buf, len, v < 10 ? "%.1f%c" : "%.0f%c", v, units[u][0]);
+    } else {
+        snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+    }
+    return buf;
+}
+
+/* Count with k/M/G suffix for the interval columns. */
+static const char *count_compact(char *buf, size_t len, double v) {
+    static const char suffix[] = " kMGTPE";
+    int u = 0;
+    while (v >= 10000 && u < 6) {
+        v /= 1000;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%.0f", v);
+    else
+        snprintf(buf, len, "%.0f%c", v, suffix[u]);
+    return buf;
+}
+
+static const char *node_label(char *buf, size_t len, uint64_t id) {
+    if (id == LULL_COUNTERS_NODE_OTHER)
+        snprintf(buf, len, "other");
+    else
+        snprintf(buf, len, "%" PRIu64, id);
+    return buf;
+}
+
+static uint64_t node_count(const struct lull_counters *c) {
+    return c->node_count < LULL_COUNTERS_MAX_NODES ? c->node_count : LULL_COUNTERS_MAX_NODES;
+}
+
+static bool identity_ok(const struct lull_counters_accounting *a) {
+    return lull_counters_accounting_sum(a) == a->mapped;
+}
+
+/* Does every node and the total satisfy the identity? */
+static bool all_identities_ok(const struct lull_counters *c) {
+    if (!identity_ok(&c->total)) return false;
+    for (uint64_t i = 0; i < node_count(c); i++)
+        if (!identity_ok(&c->nodes[i].acct)) return false;
+    return true;
+}
+
+static double wasted_ratio(const struct lull_counters *c, bool *valid) {
+    *valid = c->refault_mechanism != LULL_COUNTERS_REFAULT_OFF && c->purged_pages > 0;
+    return *valid ? (double)c->refault_pages / (double)c->purged_pages : 0.0;
+}
+
+static void print_flags(FILE *f, uint64_t flags) {
+    static const struct {
+        uint64_t bit;
+        const char *name;
+    } names[] = {
+        {LULL_COUNTERS_F_RECLAIM_THREAD, "reclaim-thread"},
+        {LULL_COUNTERS_F_DEGRADED, "degraded"},
+        {LULL_COUNTERS_F_INLINE_PURGE, "inline-purge"},
+        {LULL_COUNTERS_F_NODES_TRUNCATED, "nodes-truncated"},
+    };
+    bool any = false;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (flags & names[i].bit) {
+            fprintf(f, "%s%s", any ? " " : "", names[i].name);
+            any = true;
+        }
+    if (!any) fprintf(f, "none");
+}
+
+#define TERM_ROW(field, desc) {#field, offsetof(struct lull_counters_accounting, field)},
+static const struct {
+    const char *name;
+    size_t off;
+} term_rows[] = {{"mapped", offsetof(struct lull_counters_accounting, mapped)},
+                 LULL_COUNTERS_TERMS(TERM_ROW)};
+#undef TERM_ROW
+#define NTERMS (sizeof term_rows / sizeof term_rows[0])
+
+static uint64_t term(const struct lull_counters_accounting *a, size_t i) {
+    uint64_t v;
+    memcpy(&v, (const char *)a + term_rows[i].off, sizeof v);
+    return v;
+}
+
+static void print_text(const struct page *pg, const struct lull_counters *c, bool stale) {
+    char comm[64], h[32], lbl[24];
+    bool alive = writer_alive(c->pid, c->start_time);
+    if (alive)
+        proc_comm(c->pid, comm, sizeof comm);
+    else
+        snprintf(comm, sizeof comm, "%s", "exited");
+    printf("lull counter page %s  pid %" PRIu64 " (%s)  abi %" PRIu64 "%s\n", pg->name, c->pid,
+           comm, c->abi_version, stale ? "  STALE" : "");
+    if (c->seq == 0) {
+        printf("nothing published yet\n");
+        return;
+    }
+    uint64_t mono = now_ns(CLOCK_MONOTONIC);
+    double age = mono > c->publish_mono_ns ? (double)(mono - c->publish_mono_ns) / 1e9 : 0.0;
+    char when[64] = "?";
+    time_t t = (time_t)(c->publish_real_ns / 1000000000u);
+    struct tm tm;
+    if (localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    printf("published %s (%.3f s ago), seq %" PRIu64 ", flags ", when, age, c->seq);
+    print_flags(stdout, c->flags);
+    printf("\n\n");
+
+    /* Accounting identity. */
+    uint64_t nn = node_count(c);
+    printf("accounting (bytes)   %16s", "total");
+    if (nn) printf(" %11s", "");
+    for (uint64_t n = 0; n < nn; n++) {
+        char head[32];
+        snprintf(head, sizeof head, "node %s", node_label(lbl, sizeof lbl, c->nodes[n].node_id));
+        printf(" %16s", head);
+    }
+    printf("\n");
+    for (size_t i = 0; i < NTERMS; i++) {
+        uint64_t v = term(&c->total, i);
+        printf("  %-18s %16" PRIu64 " %11s", term_rows[i].name, v,
+               human(h, sizeof h, (double)v, false));
+        for (uint64_t n = 0; n < nn; n++)
+            printf(" %16" PRIu64, term(&c->nodes[n].acct, i));
+        printf("\n");
+    }
+    printf("  %-18s %16" PRIu64, "sum of terms", lull_counters_accounting_sum(&c->total));
+    if (nn) printf(" %11s", "");
+    for (uint64_t n = 0; n < nn; n++)
+        printf(" %16" PRIu64, lull_counters_accounting_sum(&c->nodes[n].acct));
+    printf("\n");
+    if (all_identities_ok(c)) {
+        printf("  sum == mapped: ok\n");
+    } else {
+        printf("  sum == mapped: MISMATCH");
+        if (!identity_ok(&c->total))
+            printf("  (total: %" PRIu64 " != %" PRIu64 ")", lull_counters_accounting_sum(&c->total),
+                   c->total.mapped);
+        for (uint64_t n = 0; n < nn; n++)
+            if (!identity_ok(&c->nodes[n].acct))
+                printf("  (node %s: %" PRIu64 " != %" PRIu64 ")",
+                       node_label(lbl, sizeof lbl, c->nodes[n].node_id),
+                       lull_counters_accounting_sum(&c->nodes[n].acct), c->nodes[n].acct.mapped);
+        printf("\n");
+    }
+    if (nn > 0) {
+        uint64_t sum = 0;
+        for (uint64_t n = 0; n < nn; n++)
+            sum += c->nodes[n].acct.mapped;
+        printf("  nodes sum to total mapped: %s\n", sum == c->total.mapped ? "ok" : "MISMATCH");
+    }
+
+    /* Reclaim. */
+    printf("\nreclaim\n");
+    printf("  backend            %s, purge mode %s, purge delay ",
+           lull_counters_backend_name(c->backend), lull_counters_purge_mode_name(c->purge_mode));
+    if (c->purge_delay_ms == LULL_COUNTERS_DELAY_NEVER)
+        printf("never\n");
+    else
+        printf("%" PRIu64 " ms\n", c->purge_delay_ms);
+    printf("  reclaim thread     %s, cpu %.3f s, %" PRIu64 " ticks\n",
+           (c->flags & LULL_COUNTERS_F_RECLAIM_THREAD) ? "running" : "not running",
+           (double)c->reclaim_cpu_ns / 1e9, c->reclaim_ticks);
+    printf("  %-18s %16s %16s %16s\n", "purges by backend", "calls", "syscalls", "bytes");
+    for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
+        printf("    %-16s %16" PRIu64 " %16" PRIu64 " %16" PRIu64 " %11s\n",
+               lull_counters_backend_name((uint64_t)b), c->purge_calls[b], c->purge_syscalls[b],
+               c->purge_bytes[b], human(h, sizeof h, (double)c->purge_bytes[b], false));
+    printf("  purge errors       %" PRIu64 ", backend fallbacks %" PRIu64 "\n", c->purge_errors,
+           c->backend_fallbacks);
+    printf("  huge unmapped      %" PRIu64 " blocks, %" PRIu64 " bytes (%s)\n", c->huge_unmapped,
+           c->huge_unmapped_bytes, human(h, sizeof h, (double)c->huge_unmapped_bytes, false));
+    printf("  malloc calls       %" PRIu64 "\n", c->malloc_count);
+    printf("  free calls         %" PRIu64 "\n", c->free_count);
+
+    /* Refault. */
+    bool valid;
+    double ratio = wasted_ratio(c, &valid);
+    printf("\nrefault\n");
+    printf("  mechanism          %s\n", lull_counters_refault_name(c->refault_mechanism));
+    printf("  purged pages       %" PRIu64 " (page size %" PRIu64 ")\n", c->purged_pages,
+           c->page_size);
+    printf("  refaulted pages    %" PRIu64 "\n", c->refault_pages);
+    if (valid)
+        printf("  wasted-purge ratio %.4f (%.2f%% of purged pages came back)\n", ratio,
+               ratio * 100);
+    else
+        printf("  wasted-purge ratio n/a\n");
+    uint64_t nref = 0;
+    for (int i = 0; i < LULL_COUNTERS_REFAULT_BUCKETS; i++)
+        nref += c->refault_distance[i];
+    if (nref) printf("  mean distance      %.1f ms\n", (double)c->refault_distance_ms_sum / nref);
+    printf("  distance (ms)     ");
+    for (unsigned i = 0; i < LULL_COUNTERS_REFAULT_BUCKETS; i++) {
+        char range[32];
+        if (i == LULL_COUNTERS_REFAULT_BUCKETS - 1)
+            snprintf(range, sizeof range, ">=%" PRIu64, lull_counters_refault_bucket_min_ms(i));
+        else
+            snprintf(range, sizeof range, "<%" PRIu64, lull_counters_refault_bucket_min_ms(i + 1));
+        if (i && i % 4 == 0) printf("\n                   ");
+        printf(" %8s:%8" PRIu64, range, c->refault_distance[i]);
+    }
+    printf("\n");
+    if (nn > 1) {
+        printf("  %-18s %16s %16s\n", "by node", "purged bytes", "refault pages");
+        for (uint64_t n = 0; n < nn; n++)
+            printf("    node %-11s %16" PRIu64 " %16" PRIu64 "\n",
+                   node_label(lbl, sizeof lbl, c->nodes[n].node_id), c->nodes[n].purge_bytes,
+                   c->nodes[n].refault_pages);
+    }
+
+    printf("\nconfig\n  %s\n", c->config[0] ? c->config : "(empty)");
+}
+
+/* --------------------------------------------------------------- JSON */
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20 || ch >= 0x7f)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_accounting(FILE *f, const struct lull_counters_accounting *a) {
+    for (size_t i = 0; i < NTERMS; i++)
+        fprintf(f, "%s\"%s\":%" PRIu64, i ? "," : "", term_rows[i].name, term(a, i));
+    fprintf(f, ",\"identity_ok\":%s", identity_ok(a) ? "true" : "false");
+}
+
+static void print_json(const struct page *pg, const struct lull_counters *c, bool stale) {
+    FILE *f = stdout;
+    fprintf(f, "{\"page\":");
+    json_string(f, pg->name);
+    fprintf(f,
+            ",\"abi_version\":%" PRIu64 ",\"pid\":%" PRIu64 ",\"start_time\":%" PRIu64
+            ",\"alive\":%s,\"stale\":%s,\"seq\":%" PRIu64 ",\"publish_mono_ns\":%" PRIu64
+            ",\"publish_real_ns\":%" PRIu64 ",\"flags\":%" PRIu64 ",\"page_size\":%" PRIu64,
+            c->abi_version, c->pid, c->start_time,
+            writer_alive(c->pid, c->start_time) ? "true" : "false", stale ? "true" : "false",
+            c->seq, c->publish_mono_ns, c->publish_real_ns, c->flags, c->page_size);
+    fprintf(f, ",\"accounting\":{");
+    json_accounting(f, &c->total);
+    fprintf(f, "},\"identity_ok\":%s,\"nodes\":[", all_identities_ok(c) ? "true" : "false");
+    for (uint64_t n = 0; n < node_count(c); n++) {
+        const struct lull_counters_node *nd = &c->nodes[n];
+        fprintf(f, "%s{\"node\":", n ? "," : "");
+        if (nd->node_id == LULL_COUNTERS_NODE_OTHER)
+            fprintf(f, "\"other\"");
+        else
+            fprintf(f, "%" PRIu64, nd->node_id);
+        fprintf(f, ",");
+        json_accounting(f, &nd->acct);
+        fprintf(f, ",\"purge_bytes\":%" PRIu64 ",\"refault_pages\":%" PRIu64 "}", nd->purge_bytes,
+                nd->refault_pages);
+    }
+    fprintf(f, "],\"reclaim\":{\"backend\":\"%s\",\"purge_mode\":\"%s\",\"purge_delay_ms\":",
+            lull_counters_backend_name(c->backend), lull_counters_purge_mode_name(c->purge_mode));
+    if (c->purge_delay_ms == LULL_COUNTERS_DELAY_NEVER)
+        fprintf(f, "null");
+    else
+        fprintf(f, "%" PRIu64, c->purge_delay_ms);
+    fprintf(f,
+            ",\"thread_running\":%s,\"cpu_ns\":%" PRIu64 ",\"ticks\":%" PRIu64
+            ",\"purge_errors\":%" PRIu64 ",\"backend_fallbacks\":%" PRIu64
+            ",\"huge_unmapped\":%" PRIu64 ",\"huge_unmapped_bytes\":%" PRIu64 ",\"purges\":{",
+            (c->flags & LULL_COUNTERS_F_RECLAIM_THREAD) ? "true" : "false", c->reclaim_cpu_ns,
+            c->reclaim_ticks, c->purge_errors, c->backend_fallbacks, c->huge_unmapped,
+            c->huge_unmapped_bytes);
+    for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
+        fprintf(f,
+                "%s\"%s\":{\"calls\":%" PRIu64 ",\"syscalls\":%" PRIu64 ",\"bytes\":%" PRIu64 "}",
+                b > 1 ? "," : "", lull_counters_backend_name((uint64_t)b), c->purge_calls[b],
+                c->purge_syscalls[b], c->purge_bytes[b]);
+    bool valid;
+    double ratio = wasted_ratio(c, &valid);
+    fprintf(f,
+            "}},\"malloc_count\":%" PRIu64 ",\"free_count\":%" PRIu64
+            ",\"refault\":{\"mechanism\":\"%s\",\"purged_pages\":%" PRIu64
+            ",\"refault_pages\":%" PRIu64 ",\"wasted_purge_ratio\":",
+            c->malloc_count, c->free_count, lull_counters_refault_name(c->refault_mechanism),
+            c->purged_pages, c->refault_pages);
+    if (valid)
+        fprintf(f, "%.6g", ratio);
+    else
+        fprintf(f, "null");
+    fprintf(f, ",\"distance_ms_sum\":%" PRIu64 ",\"distance_ms_buckets\":[",
+            c->refault_distance_ms_sum);
+    for (unsigned i = 0; i < LULL_COUNTERS_REFAULT_BUCKETS; i++)
+        fprintf(f, "%s{\"min_ms\":%" PRIu64 ",\"count\":%" PRIu64 "}", i ? "," : "",
+                lull_counters_refault_bucket_min_ms(i), c->refault_distance[i]);
+    fprintf(f, "]},\"config\":");
+    json_string(f, c->config);
+    fprintf(f, "}\n");
+}
+
+/* ---------------------------------------------------------- Prometheus */
+
+static void prom_head(const char *name, const char *type, const char *help) {
+    printf("# HELP lull_%s %s\n# TYPE lull_%s %s\n", name, help, name, type);
+}
+
+static const char *strip_bytes(const char *s) {
+    return strncmp(s, "bytes ", 6) == 0 ? s + 6 : s;
+}
+
+static void print_prom(const struct lull_counters *c) {
+    char pid[32], lbl[24];
+    snprintf(pid, sizeof pid, "pid=\"%" PRIu64 "\"", c->pid);
+
+    prom_head("info", "gauge",
+              "lull counter page: ABI version, purge backend and mechanisms in use");
+    printf("lull_info{%s,abi_version=\"%" PRIu64 "\",backend=\"%s\",purge_mode=\"%s\",refault="
+           "\"%s\"} 1\n",
+           pid, c->abi_version, lull_counters_backend_name(c->backend),
+           lull_counters_purge_mode_name(c->purge_mode),
+           lull_counters_refault_name(c->refault_mechanism));
+    prom_head("publish_timestamp_seconds", "gauge", "Wall-clock time of the last publication.");
+    printf("lull_publish_timestamp_seconds{%s} %.3f\n", pid, (double)c->publish_real_ns / 1e9);
+
+    /* The identity: the process-wide total per term, and per node in a
+     * separate family so that sums never count twice. */
+#define TERM_HELP(field, desc) {#field, desc},
+    static const struct {
+        const char *name, *help;
+    } helps[] = {{"mapped", "address space lull has mapped"}, LULL_COUNTERS_TERMS(TERM_HELP)};
+#undef TERM_HELP
+    for (size_t i = 0; i < NTERMS; i++) {
+        char name[64], help[160];
+        snprintf(name, sizeof name, "%s_bytes", term_rows[i].name);
+        snprintf(help, sizeof help, "Bytes %s; process total.", strip_bytes(helps[i].help));
+        prom_head(name, "gauge", help);
+        printf("lull_%s{%s} %" PRIu64 "\n", name, pid, term(&c->total, i));
+    }
+    for (size_t i = 0; i < NTERMS; i++) {
+        char name[64], help[160];
+        snprintf(name, sizeof name, "node_%s_bytes", term_rows[i].name);
+        snprintf(help, sizeof help, "Bytes %s; per NUMA node.", strip_bytes(helps[i].help));
+        prom_head(name, "gauge", help);
+        for (uint64_t n = 0; n < node_count(c); n++)
+            printf("lull_%s{%s,node=\"%s\"} %" PRIu64 "\n", name, pid,
+                   node_label(lbl, sizeof lbl, c->nodes[n].node_id), term(&c->nodes[n].acct, i));
+    }
+    prom_head("accounting_identity_ok", "gauge",
+              "1 if the accounting terms sum to mapped, overall and on every node.");
+    printf("lull_accounting_identity_ok{%s} %d\n", pid, all_identities_ok(c) ? 1 : 0);
+
+    prom_head("purge_calls_total", "counter", "Ranges purged, by backend.");
+    for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
+        printf("lull_purge_calls_total{%s,backend=\"%s\"} %" PRIu64 "\n", pid,
+               lull_counters_backend_name((uint64_t)b), c->purge_calls[b]);
+    prom_head("purge_syscalls_total", "counter", "System calls that carried purges, by backend.");
+    for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
+        printf("lull_purge_syscalls_total{%s,backend=\"%s\"} %" PRIu64 "\n", pid,
+               lull_counters_backend_name((uint64_t)b), c->purge_syscalls[b]);
+    prom_head("purge_bytes_total", "counter", "Bytes purged, by backend.");
+    for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
+        printf("lull_purge_bytes_total{%s,backend=\"%s\"} %" PRIu64 "\n", pid,
+               lull_counters_backend_name((uint64_t)b), c->purge_bytes[b]);
+    prom_head("node_purge_bytes_total", "counter", "Bytes purged, per NUMA node.");
+    for (uint64_t n = 0; n < node_count(c); n++)
+        printf("lull_node_purge_bytes_total{%s,node=\"%s\"} %" PRIu64 "\n", pid,
+               node_label(lbl, sizeof lbl, c->nodes[n].node_id), c->nodes[n].purge_bytes);
+    prom_head("purge_errors_total", "counter", "Purge operations the kernel failed.");
+    printf("lull_purge_errors_total{%s} %" PRIu64 "\n", pid, c->purge_errors);
+    prom_head("backend_fallbacks_total", "counter", "Switches to a lower backend or mechanism.");
+    printf("lull_backend_fallbacks_total{%s} %" PRIu64 "\n", pid, c->backend_fallbacks);
+    prom_head("huge_unmapped_total", "counter", "Huge blocks unmapped.");
+    printf("lull_huge_unmapped_total{%s} %" PRIu64 "\n", pid, c->huge_unmapped);
+    prom_head("huge_unmapped_bytes_total", "counter", "Bytes of huge blocks unmapped.");
+    printf("lull_huge_unmapped_bytes_total{%s} %" PRIu64 "\n", pid, c->huge_unmapped_bytes);
+    prom_head("purge_delay_seconds", "gauge", "Purge delay in force (absent if purging is off).");
+    if (c->purge_delay_ms != LULL_COUNTERS_DELAY_NEVER)
+        printf("lull_purge_delay_seconds{%s} %.3f\n", pid, (double)c->purge_delay_ms / 1e3);
+    prom_head("reclaim_cpu_seconds_total", "counter", "CPU time of the reclaim thread.");
+    printf("lull_reclaim_cpu_seconds_total{%s} %.9f\n", pid, (double)c->reclaim_cpu_ns / 1e9);
+    prom_head("reclaim_ticks_total", "counter", "Reclaim thread ticks.");
+    printf("lull_reclaim_ticks_total{%s} %" PRIu64 "\n", pid, c->reclaim_ticks);
+    prom_head("malloc_calls_total", "counter", "Allocation calls.");
+    printf("lull_malloc_calls_total{%s} %" PRIu64 "\n", pid, c->malloc_count);
+    prom_head("free_calls_total", "counter", "Free calls.");
+    printf("lull_free_calls_total{%s} %" PRIu64 "\n", pid, c->free_count);
+    prom_head("purged_pages_total", "counter", "Pages purged.");
+    printf("lull_purged_pages_total{%s} %" PRIu64 "\n", pid, c->purged_pages);
+    prom_head("refault_pages_total", "counter", "Purged pages touched again.");
+    printf("lull_refault_pages_total{%s} %" PRIu64 "\n", pid, c->refault_pages);
+    prom_head("node_refault_pages_total", "counter", "Purged pages touched again, per NUMA node.");
+    for (uint64_t n = 0; n < node_count(c); n++)
+        printf("lull_node_refault_pages_total{%s,node=\"%s\"} %" PRIu64 "\n", pid,
+               node_label(lbl, sizeof lbl, c->nodes[n].node_id), c->nodes[n].refault_pages);
+    bool valid;
+    double ratio = wasted_ratio(c, &valid);
+    prom_head("wasted_purge_ratio", "gauge",
+              "Refaulted pages / purged pages (absent when no refault monitor runs).");
+    if (valid) printf("lull_wasted_purge_ratio{%s} %.6g\n", pid, ratio);
+
+    prom_head("refault_distance_seconds", "histogram", "Time from purge to refault.");
+    uint64_t cum = 0;
+    for (unsigned i = 0; i < LULL_COUNTERS_REFAULT_BUCKETS; i++) {
+        cum += c->refault_distance[i];
+        if (i == LULL_COUNTERS_REFAULT_BUCKETS - 1)
+            printf("lull_refault_distance_seconds_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", pid, cum);
+        else
+            printf("lull_refault_distance_seconds_bucket{%s,le=\"%g\"} %" PRIu64 "\n", pid,
+                   (double)lull_counters_refault_bucket_min_ms(i + 1) / 1e3, cum);
+    }
+    printf("lull_refault_distance_seconds_sum{%s} %.3f\n", pid,
+           (double)c->refault_distance_ms_sum / 1e3);
+    printf("lull_refault_distance_seconds_count{%s} %" PRIu64 "\n", pid, cum);
+}
+
+/* ------------------------------------------------------- interval mode */
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) {
+    (void)sig;
+    stop = 1;
+}
+
+static void interval_header(void) {
+    printf("%8s %7s %7s %7s %7s %7s %7s %7s %8s %9s %8s %8s %6s %7s\n", "time", "mapped", "live",
+           "spfree", "dirty", "purged", "warm", "meta", "purge/s", "refault/s", "malloc/s",
+           "free/s", "rcpu%", "delay");
+}
+
+static void interval_line(const struct lull_counters *c, const struct lull_counters *prev) {
+    char t[16], b[7][16], r[4][16];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(t, sizeof t, "%H:%M:%S", &tm);
+    const struct lull_counters_accounting *a = &c->total;
+    human(b[0], 16, (double)a->mapped, true);
+    human(b[1], 16, (double)a->live, true);
+    human(b[2], 16, (double)a->span_free, true);
+    human(b[3], 16, (double)a->dirty, true);
+    human(b[4], 16, (double)a->purged, true);
+    human(b[5], 16, (double)a->warm, true);
+    human(b[6], 16, (double)a->metadata, true);
+    char cpu[16] = "-", delay[24];
+    for (int i = 0; i < 4; i++)
+        snprintf(r[i], 16, "-");
+    if (prev) {
+        double dt = (double)(c->publish_mono_ns - prev->publish_mono_ns) / 1e9;
+        if (c->publish_mono_ns <= prev->publish_mono_ns) dt = 0;
+        uint64_t pb = 0, ppb = 0;
+        for (int i = 0; i < LULL_COUNTERS_BACKEND_COUNT; i++) {
+            pb += c->purge_bytes[i];
+            ppb += prev->purge_bytes[i];
+        }
+        if (dt > 0) {
+            human(r[0], 16, (double)(pb - ppb) / dt, true);
+            count_compact(r[1], 16, (double)(c->refault_pages - prev->refault_pages) / dt);
+            count_compact(r[2], 16, (double)(c->malloc_count - prev->malloc_count) / dt);
+            count_compact(r[3], 16, (double)(c->free_count - prev->free_count) / dt);
+            snprintf(cpu, sizeof cpu, "%.1f",
+                     (double)(c->reclaim_cpu_ns - prev->reclaim_cpu_ns) / 1e9 / dt * 100);
+        } else {
+            for (int i = 0; i < 4; i++)
+                snprintf(r[i], 16, "0");
+            snprintf(cpu, sizeof cpu, "0.0");
+        }
+    }
+    if (c->purge_delay_ms == LULL_COUNTERS_DELAY_NEVER)
+        snprintf(delay, sizeof delay, "never");
+    else
+        snprintf(delay, sizeof delay, "%" PRIu64, c->purge_delay_ms);
+    printf("%8s %7s %7s %7s %7s %7s %7s %7s %8s %9s %8s %8s %6s %7s%s\n", t, b[0], b[1], b[2], b[3],
+           b[4], b[5], b[6], r[0], r[1], r[2], r[3], cpu, delay,
+           all_identities_ok(c) ? "" : "  MISMATCH");
+}
+
+/* ------------------------------------------------------- list / clean */
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    if (!s || !*s || *s == '-') return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+struct entry {
+    char name[NAME_MAX + 2]; /* "/lull.1234" */
+    bool readable;
+    bool counter_page; /* magic ok */
+    uint64_t pid, start_time, version;
+    uid_t uid;
+    time_t mtime;
+    int open_errno;
+};
+
+/* Pages in /dev/shm: names lull.* and any readable object with the magic. */
+static size_t scan_pages(struct entry **out) {
+    DIR *d = opendir(LULL_COUNTERS_SHM_DIR);
+    size_t n = 0, cap = 0;
+    *out = NULL;
+    if (!d) {
+        err("%s: %s", LULL_COUNTERS_SHM_DIR, strerror(errno));
+        return 0;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        bool by_name = strncmp(de->d_name, "lull.", 5) == 0;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        struct entry e = {0};
+        snprintf(e.name, sizeof e.name, "/%s", de->d_name);
+        e.uid = st.st_uid;
+        e.mtime = st.st_mtime;
+        int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd >= 0) {
+            uint64_t hdr[5] = {0};
+            e.readable = true;
+            if (pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
+                hdr[0] == LULL_COUNTERS_MAGIC) {
+                e.counter_page = true;
+                e.version = hdr[1];
+                e.pid = hdr[3];
+                e.start_time = hdr[4];
+            }
+            close(fd);
+        } else {
+            e.open_errno = errno;
+        }
+        if (!by_name && !e.counter_page) continue;
+        if (!e.counter_page) { /* unreadable or not initialised: pid from the name */
+            char *end;
+            unsigned long long v = strtoull(de->d_name + 5, &end, 10);
+            e.pid = (by_name && *end == '\0') ? v : 0;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            struct entry *ne = realloc(*out, cap * sizeof **out);
+            if (!ne) break;
+            *out = ne;
+        }
+        (*out)[n++] = e;
+    }
+    closedir(d);
+    return n;
+}
+
+enum state { ST_ALIVE, ST_STALE, ST_UNKNOWN };
+
+static enum state entry_state(const struct entry *e) {
+    if (e->counter_page) return writer_alive(e->pid, e->start_time) ? ST_ALIVE : ST_STALE;
+    /* Not readable, or no header (yet): judge by the pid in the name. */
+    uint64_t st;
+    if (e->pid && proc_start_time(e->pid, &st) == -ESRCH) return ST_STALE;
+    return ST_UNKNOWN;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    const struct entry *x = a, *y = b;
+    return strcmp(x->name, y->name);
+}
+
+static int do_list(void) {
+    struct entry *es;
+    size_t n = scan_pages(&es);
+    qsort(es, n, sizeof *es, cmp_entry);
+    printf("%-24s %8s %-7s %4s %-10s %s\n", "PAGE", "PID", "STATE", "ABI", "USER", "COMMAND");
+    for (size_t i = 0; i < n; i++) {
+        const struct entry *e = &es[i];
+        enum state s = entry_state(e);
+        char user[32], comm[64] = "-", abi[16] = "?";
+        struct passwd *pw = getpwuid(e->uid);
+        if (pw)
+            snprintf(user, sizeof user, "%s", pw->pw_name);
+        else
+            snprintf(user, sizeof user, "%u", (unsigned)e->uid);
+        if (s == ST_ALIVE) proc_comm(e->pid, comm, sizeof comm);
+        if (e->counter_page) snprintf(abi, sizeof abi, "%" PRIu64, e->version);
+        const char *state = s == ST_ALIVE ? "alive" : s == ST_STALE ? "stale" : "?";
+        char note[64] = "";
+        if (!e->readable)
+            snprintf(note, sizeof note, " (%s)", strerror(e->open_errno));
+        else if (!e->counter_page)
+            snprintf(note, sizeof note, " (no header)");
+        printf("%-24s %8" PRIu64 " %-7s %4s %-10s %s%s\n", e->name, e->pid, state, abi, user, comm,
+               note);
+    }
+    free(es);
+    return EX_OK;
+}
+
+/* Is entry e one of the pages named on the command line (a pid or a name)? */
+static bool clean_selected(const struct entry *e, char **sel, int nsel, bool *found) {
+    for (int i = 0; i < nsel; i++) {
+        char want[NAME_MAX + 2];
+        uint64_t pid;
+        if (parse_u64(sel[i], &pid))
+            snprintf(want, sizeof want, "%s%" PRIu64, LULL_COUNTERS_NAME_PREFIX, pid);
+        else
+            snprintf(want, sizeof want, "%s%s", sel[i][0] == '/' ? "" : "/", sel[i]);
+        if (strcmp(want, e->name) == 0) {
+            found[i] = true;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Remove stale pages: all of them, or only those named in sel (pids or
+ * page names). */
+static int do_clean(char **sel, int nsel) {
+    struct entry *es;
+    size_t n = scan_pages(&es);
+    int rc = EX_OK, removed = 0;
+    bool *found = calloc((size_t)nsel + 1, sizeof *found);
+    time_t now = time(NULL);
+    for (size_t i = 0; i < n; i++) {
+        const struct entry *e = &es[i];
+        if (nsel && !clean_selected(e, sel, nsel, found)) continue;
+        enum state s = entry_state(e);
+        /* A lull.* object with no header is garbage once it is not brand new
+         * (a writer fills the header right after creating it). */
+        bool garbage = e->readable && !e->counter_page && now - e->mtime > 2;
+        if (s != ST_STALE && !garbage) {
+            if (nsel)
+                printf("kept %s (pid %" PRIu64 ", %s)\n", e->name, e->pid,
+                       s == ST_ALIVE ? "alive" : "state unknown");
+            continue;
+        }
+        if (shm_unlink(e->name) != 0) {
+            int x = errno;
+            if (x == ENOENT) continue;
+            err("cannot remove %s (pid %" PRIu64 "): %s", e->name, e->pid, strerror(x));
+            if (rc == EX_OK) rc = (x == EACCES || x == EPERM) ? EX_PERM : EX_FAIL;
+            continue;
+        }
+        printf("removed %s (pid %" PRIu64 ", %s)\n", e->name, e->pid,
+               garbage && s != ST_STALE ? "no header" : "process gone");
+        removed++;
+    }
+    for (int i = 0; i < nsel; i++)
+        if (!found[i]) {
+            err("no counter page %s", sel[i]);
+            if (rc == EX_OK) rc = EX_NOPAGE;
+        }
+    if (removed == 0 && nsel == 0 && rc == EX_OK) printf("no stale counter pages\n");
+    free(found);
+    free(es);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: %s [options] PID\n"
+            "       %s [options] --name NAME\n"
+            "       %s --list | --clean [PID|NAME...]\n"
+            "Print the lull counter page of a process (shm %sPID).\n"
+            "  -i, --interval MS   one line every MS milliseconds (Ctrl-C stops)\n"
+            "  -n, --count N       stop after N lines (with -i)\n"
+            "  -j, --json          JSON (one object per line with -i)\n"
+            "  -p, --prom          Prometheus text exposition format\n"
+            "  -N, --name NAME     read the page NAME (shm_open name) instead of a pid's\n"
+            "  -l, --list          list lull counter pages on this machine\n"
+            "  -c, --clean         remove stale pages of processes that are gone (all, or\n"
+            "                      only the pages of the PIDs / NAMEs given)\n"
+            "  -V, --version       print the counter page ABI version this lullstat reads\n"
+            "exit status: 0 ok, 1 error, 2 usage, 3 no such process, 4 no counter page,\n"
+            "  5 unknown ABI version or not a counter page, 6 permission denied,\n"
+            "  7 no consistent snapshot (writer stuck), 8 stale page (pid reused)\n",
+            prog, prog, prog, LULL_COUNTERS_NAME_PREFIX);
+}
+
+int main(int argc, char **argv) {
+    enum { FMT_TEXT, FMT_JSON, FMT_PROM } fmt = FMT_TEXT;
+    uint64_t interval_ms = 0, count = 0;
+    const char *name = NULL;
+    bool list = false, clean = false;
+    static const struct option opts[] = {
+        {"interval", required_argument, 0, 'i'}, {"count", required_argument, 0, 'n'},
+        {"json", no_argument, 0, 'j'},           {"prom", no_argument, 0, 'p'},
+        {"name", required_argument, 0, 'N'},     {"list", no_argument, 0, 'l'},
+        {"clean", no_argument, 0, 'c'},          {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
+    };
+    int o;
+    while ((o = getopt_long(argc, argv, "i:n:jpN:lchV", opts, NULL)) != -1) {
+        switch (o) {
+        case 'i':
+            if (!parse_u64(optarg, &interval_ms) || interval_ms == 0) {
+                err("bad interval \"%s\" (milliseconds > 0)", optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 'n':
+            if (!parse_u64(optarg, &count) || count == 0) {
+                err("bad count \"%s\" (> 0)", optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 'j':
+            fmt = FMT_JSON;
+            break;
+        case 'p':
+            fmt = FMT_PROM;
+            break;
+        case 'N':
+            name = optarg;
+            break;
+        case 'l':
+            list = true;
+            break;
+        case 'c':
+            clean = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return EX_OK;
+        case 'V':
+            printf("lullstat: counter page ABI version %d\n", LULL_COUNTERS_ABI_VERSION);
+            return EX_OK;
+        default:
+            usage(stderr);
+            return EX_USAGE;
+        }
+    }
+    if (list || clean) {
+        if ((optind != argc && !clean) || name || interval_ms || fmt != FMT_TEXT) {
+            usage(stderr);
+            return EX_USAGE;
+        }
+        int rc = EX_OK;
+        if (list) rc = do_list();
+        if (clean) {
+            int rc2 = do_clean(argv + optind, argc - optind);
+            if (rc == EX_OK) rc = rc2;
+        }
+        return rc;
+    }
+    if ((name != NULL) == (optind + 1 == argc) || optind + 1 < argc) {
+        usage(stderr);
+        return EX_USAGE;
+    }
+
+    struct page pg;
+    uint64_t pid = 0, start = 0;
+    bool stale = false;
+    int rc;
+    if (!name) {
+        if (!parse_u64(argv[optind], &pid) || pid == 0 || pid > INT_MAX) {
+            err("bad pid \"%s\"", argv[optind]);
+            return EX_USAGE;
+        }
+        char pname[64];
+        snprintf(pname, sizeof pname, "%s%" PRIu64, LULL_COUNTERS_NAME_PREFIX, pid);
+        int r = proc_start_time(pid, &start);
+        if (r == -ESRCH) {
+            struct stat st;
+            char path[128];
+            snprintf(path, sizeof path, "%s/lull.%" PRIu64, LULL_COUNTERS_SHM_DIR, pid);
+            if (stat(path, &st) == 0)
+                err("no such process: %" PRIu64 " (its page %s is stale: lullstat --clean removes "
+                    "it)",
+                    pid, pname);
+            else
+                err("no such process: %" PRIu64, pid);
+            return EX_NOPROC;
+        }
+        if (r != 0) {
+            err("cannot read /proc/%" PRIu64 "/stat", pid);
+            return EX_FAIL;
+        }
+        rc = page_open(&pg, pname);
+        if (rc == EX_NOPAGE)
+            err("process %" PRIu64 " has no counter page %s (not running lull, counter page off, "
+                "or a named page: see --list and --name)",
+                pid, pname);
+        if (rc != EX_OK) return rc;
+        uint64_t ppid = pg.map->pid, pstart = pg.map->start_time;
+        if (ppid != pid || (pstart != 0 && pstart != start)) {
+            err("%s is stale: it was written by an earlier process %" PRIu64 " (start time %" PRIu64
+                "), not the running process %" PRIu64 " (start time %" PRIu64
+                "); lullstat --clean removes it",
+                pg.name, ppid, pstart, pid, start);
+            page_unmap(&pg);
+            return EX_STALE;
+        }
+    } else {
+        rc = page_open(&pg, name);
+        if (rc == EX_NOPAGE) err("no counter page %s", pg.name);
+        if (rc != EX_OK) return rc;
+        pid = pg.map->pid;
+        start = pg.map->start_time;
+        if (!writer_alive(pid, start)) {
+            stale = true;
+            err("warning: %s is stale: process %" PRIu64 " is gone; showing its last figures",
+                pg.name, pid);
+        }
+    }
+
+    struct lull_counters cur, prev;
+    if (!interval_ms) {
+        rc = page_snapshot(&pg, &cur);
+        if (rc == EX_OK) {
+            if (fmt == FMT_JSON)
+                print_json(&pg, &cur, stale);
+            else if (fmt == FMT_PROM)
+                print_prom(&cur);
+            else
+                print_text(&pg, &cur, stale);
+        }
+        page_unmap(&pg);
+        return fflush(stdout) == 0 ? rc : EX_FAIL;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    bool have_prev = false;
+    uint64_t lines = 0;
+    rc = EX_OK;
+    while (!stop) {
+        if (!stale && !writer_alive(pid, start)) {
+            fflush(stdout);
+            err("process %" PRIu64 " exited", pid);
+            rc = EX_NOPROC;
+            break;
+        }
+        rc = page_snapshot(&pg, &cur);
+        if (rc != EX_OK) break;
+        if (fmt == FMT_JSON) {
+            print_json(&pg, &cur, stale);
+        } else if (fmt == FMT_PROM) {
+            print_prom(&cur);
+            printf("\n");
+        } else {
+            if (lines % 20 == 0) interval_header();
+            interval_line(&cur, have_prev ? &prev : NULL);
+        }
+        if (fflush(stdout) != 0) {
+            rc = EX_FAIL;
+            break;
+        }
+        prev = cur;
+        have_prev = true;
+        if (++lines == count) break; /* count 0: no limit */
+        struct timespec ts = {(time_t)(interval_ms / 1000), (long)(interval_ms % 1000) * 1000000L};
+        while (!stop && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    page_unmap(&pg);
+    return rc;
+}
