@@ -136,6 +136,7 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
             lull_block *b = s->free;
             s->free = lull_block_next(b);
             s->used++;
+            h->allocs++;
             b->next_encoded = 0;
             return b;
         }
@@ -148,7 +149,10 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
         follow_home_node(h);
         p = lull_huge_alloc(size, alignment, zeroed, h->node);
     }
-    if (p) return p;
+    if (p) {
+        h->allocs++;
+        return p;
+    }
 oom:
     errno = ENOMEM;
     return NULL;
@@ -186,6 +190,10 @@ void *lull_calloc_generic(size_t size) {
 
 /* free ----------------------------------------------------------------- */
 
+/* Frees of large and huge blocks (any thread; remote small frees are
+ * counted on the owner heap). */
+_Atomic uint64_t lull_other_frees;
+
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
     uint32_t limit = span->capacity;
     for (lull_block *f = span->free; f && limit--; f = lull_block_next(f))
@@ -193,6 +201,7 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
                                span->block_size);
     lull_block_set_next(b, span->free);
     span->free = b;
+    h->frees++;
     if (--span->used == 0 || span->in_full) lull_free_local_tail(h, span);
 }
 
@@ -237,6 +246,7 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     (void)h;
     lull_segment *seg = lull_segment_of(p);
     if (seg->magic == LULL_HUGE_MAGIC) {
+        atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
         lull_huge_free((lull_huge *)seg, p);
         return;
     }
@@ -256,6 +266,7 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
         if (!__atomic_compare_exchange_n(&span->kind, &expected, LULL_SPAN_NONE, false,
                                          __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             lull_fatal("free(): double free of %p (large block)", p);
+        atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
         lull_arena_free_span(span);
         return;
     }
@@ -266,6 +277,7 @@ void lull_free_not_segment(void *p) {
     if (!p) return;
     lull_huge *h = lull_aligned_huge_of(p);
     if (h) {
+        atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
         lull_huge_free(h, p);
         return;
     }

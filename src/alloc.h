@@ -30,6 +30,7 @@ static inline void *lull_malloc_inline(size_t size) {
         if (__builtin_expect(b != NULL, 1)) {
             s->free = lull_block_next(b);
             s->used++;
+            h->allocs++;
             b->next_encoded = 0; /* so that its free does not look like a double free */
             return b;
         }
@@ -53,6 +54,7 @@ static inline void lull_free_inline(void *p) {
         }
         lull_block_set_next(b, span->free);
         span->free = b;
+        h->frees++;
         /* an emptied span that is its class's current one stays: a thread
          * that mallocs and frees one block in a loop never leaves this path */
         if (__builtin_expect(--span->used == 0 || span->in_full, 0) &&

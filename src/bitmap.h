@@ -22,8 +22,8 @@ static inline int lull_bitmap_find_run(const uint64_t *w, unsigned from, unsigne
             start = i;
             continue;
         }
-        unsigned ones = (unsigned)__builtin_ctzll(~word); /* word is shifted: ~word has a zero... */
-        if (~word == 0) ones = 64 - i % 64;
+        /* all ones: ctz of 0 is undefined, the run goes to the word's end */
+        unsigned ones = ~word ? (unsigned)__builtin_ctzll(~word) : 64 - i % 64;
         if (ones > 64 - i % 64) ones = 64 - i % 64;
         if (run == 0) start = i;
         run += ones;

@@ -95,9 +95,13 @@ static void add_acct(struct lull_counters_accounting *to, const struct lull_coun
     to->metadata += a->metadata;
 }
 
+extern _Atomic uint64_t lull_other_frees;
+
 static void count_heap_stats(lull_heap *h, void *arg) {
     struct lull_counters *out = arg;
-    out->malloc_count += __atomic_load_n(&h->mallocs_slow, __ATOMIC_RELAXED);
+    out->malloc_count += __atomic_load_n(&h->allocs, __ATOMIC_RELAXED);
+    out->free_count += __atomic_load_n(&h->frees, __ATOMIC_RELAXED) +
+                       atomic_load_explicit(&h->remote_frees, memory_order_relaxed);
 }
 
 void lull_stats_collect(struct lull_counters *out) {
@@ -152,6 +156,7 @@ void lull_stats_collect(struct lull_counters *out) {
     out->backend_fallbacks = purge_backend_counter(&b->fallbacks);
     out->refault_mechanism = lull_refault_fill_counters(out);
     lull_heaps_foreach(count_heap_stats, out);
+    out->free_count += atomic_load_explicit(&lull_other_frees, memory_order_relaxed);
     lull_config_format(out->config, sizeof out->config);
 }
 

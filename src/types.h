@@ -142,7 +142,8 @@ typedef struct lull_heap {
     pid_t owner_tid;
     int node;
     bool node_pinned;       /* lull_thread_set_node() */
-    uint64_t mallocs_slow;  /* slow-path counters (owner only) */
+    uint64_t allocs;        /* blocks handed out by this heap (owner only) */
+    uint64_t frees;         /* blocks freed by their owner thread (owner only) */
     uint64_t spans_taken;
     uint64_t spans_returned;
     _Atomic uint64_t remote_frees; /* counted by the freeing thread on the owner */
