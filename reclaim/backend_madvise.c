@@ -1,0 +1,30 @@
+/* Purge backend: plain madvise(2), one call per range. The last resort, so
+ * it has no failure mode of its own: a range it cannot purge is a bad range. */
+#include "reclaim/purge_backend.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+
+int purge_madvise_one(purge_backend *b, const purge_range *r, int advice) {
+    purge_kind_counters *c = &b->per_kind[LULL_BACKEND_MADVISE];
+    for (int tries = 0;; tries++) {
+        purge_count(&c->calls, 1);
+        if (madvise(r->addr, r->len, advice) == 0) {
+            purge_count(&c->ranges, 1);
+            purge_count(&c->bytes, r->len);
+            return 0;
+        }
+        int e = errno;
+        if ((e == EAGAIN || e == EINTR) && tries < 4) continue;
+        return -e;
+    }
+}
+
+size_t purge_madvise_run(purge_backend *b, const purge_range *r, size_t n, int advice, int *res) {
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        res[i] = purge_madvise_one(b, &r[i], advice);
+        ok += res[i] == 0;
+    }
+    return ok;
+}
