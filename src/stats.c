@@ -132,8 +132,12 @@ void lull_stats_collect(struct lull_counters *out) {
 
     lull_reclaim_stats r;
     lull_reclaim_get_stats(&r);
+    const purge_backend *b = lull_reclaim_backend();
+    /* the backend may have degraded at run time: read it now */
+    r.backend = (int)__atomic_load_n(&b->kind, __ATOMIC_RELAXED);
     if (r.running) out->flags |= LULL_COUNTERS_F_RECLAIM_THREAD;
-    if (r.backend_reason[0] || r.start_failed) out->flags |= LULL_COUNTERS_F_DEGRADED;
+    if (__atomic_load_n(&b->fallback_reason[0], __ATOMIC_RELAXED) || r.start_failed)
+        out->flags |= LULL_COUNTERS_F_DEGRADED;
     if (!r.running && lull_config.inline_purge) out->flags |= LULL_COUNTERS_F_INLINE_PURGE;
     long delay = lull_reclaim_effective_delay();
     out->purge_delay_ms = delay < 0 ? LULL_COUNTERS_DELAY_NEVER : (uint64_t)delay;
@@ -145,7 +149,6 @@ void lull_stats_collect(struct lull_counters *out) {
     out->reclaim_ticks = r.ticks;
     out->huge_unmapped = r.huge_freed;
     out->huge_unmapped_bytes = r.huge_freed_bytes;
-    const purge_backend *b = lull_reclaim_backend();
     for (int k = 1; k < LULL_COUNTERS_BACKEND_COUNT && k < PURGE_KIND_COUNT; k++) {
         out->purge_calls[k] = purge_backend_counter(&b->per_kind[k].ranges);
         out->purge_bytes[k] = purge_backend_counter(&b->per_kind[k].bytes);
