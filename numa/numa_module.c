@@ -28,7 +28,9 @@ static int arena_of_node(int node) {
     return node;
 }
 
-static int home_arena(void) { return arena_of_node(lull_current_node()); }
+static int home_arena(void) {
+    return arena_of_node(lull_current_node());
+}
 
 static void numa_start(void) {
     if (lull_config.numa == LULL_NUMA_OFF) return;
@@ -45,6 +47,14 @@ static void numa_start(void) {
     if (arenas < 1) arenas = 1;
     lull_arena_count = arenas;
     lull_segment_prepare_hook = numa_segment_prepare;
+    /* Segments mapped before the hook (allocations of the dynamic loader,
+     * of libc's start-up, of the dlopen of libnuma just above) have no
+     * policy yet: bind them now. Their touched pages stay where they are;
+     * the rest (most of a 32 MiB segment) follow the policy. Only arena 0
+     * can have any: there was one arena until now. */
+    for (lull_segment *s = atomic_load_explicit(&lull_arenas[0].segments, memory_order_acquire); s;
+         s = s->next)
+        numa_segment_prepare(s, LULL_SEGMENT_SIZE, lull_arenas[0].node);
     if (arenas > 1) lull_set_home_node_fn(home_arena);
     lull_verbose("numa: %d node(s), topology from %s, home node from %s", t->node_count,
                  numa_topology_source(), home_node_source());
@@ -55,9 +65,19 @@ LULL_EXPORT int lull_thread_set_node(int node) {
     if (!h) return -ENOMEM;
     int err = home_node_set_thread(node);
     if (err) return err;
+    int arena = node >= 0 ? arena_of_node(node) : home_arena();
+    if (arena != h->node) {
+        /* The heap's spans are memory of its old node, and it would keep
+         * serving small blocks from them: leave it to the next thread of
+         * that node (as at thread exit) and take a heap of the new one
+         * (lull_home_node() now sees the override). */
+        lull_heap_abandon(h);
+        h = lull_heap_get_or_create();
+        if (!h) return -ENOMEM;
+    }
     h->node_pinned = node >= 0;
-    h->node = node >= 0 ? arena_of_node(node) : home_arena();
-    h->arena = &lull_arenas[h->node];
+    h->node = arena;
+    h->arena = &lull_arenas[arena];
     return 0;
 }
 

@@ -19,6 +19,13 @@ lull_config_t lull_config = {
 };
 
 static bool loaded;
+static bool started;
+
+/* A program that links lull may define this string ("key=value,...");
+ * read before the environment, which wins. Like jemalloc's malloc_conf. */
+extern const char *lull_conf __attribute__((weak));
+
+void lull_config_mark_started(void) { started = true; }
 
 typedef bool (*setter)(const char *v, size_t len);
 
@@ -170,24 +177,31 @@ static const struct {
     const char *key;
     setter set;
     const char *expect;
+    bool at_start_only; /* shapes start-up: the reclaim thread, NUMA, the page */
 } keys[] = {
-    {"purge_delay_ms", set_purge_delay, "auto, never, or milliseconds >= -1"},
-    {"purge_mode", set_purge_mode, "auto, dontneed or free"},
-    {"backend", set_backend, "auto, uring, process_madvise or madvise"},
-    {"refault_monitor", set_refault, "auto, on or off"},
-    {"reclaim_cpu", set_reclaim_cpu, "a CPU list such as 3 or 2-3 (':' between ranges)"},
-    {"numa", set_numa, "local, interleave, bind or off"},
-    {"numa_nodes", set_numa_nodes, "a node list such as 0-1"},
-    {"counter_page", set_counter_page, "on, off or a name of [A-Za-z0-9._-]"},
-    {"verbose", set_verbose, "on or off"},
-    {"strict_checks", set_strict, "on or off"},
-    {"warm_reserve_mb", set_warm, "MiB, 0 to 1048576"},
-    {"inline_purge", set_inline_purge, "on or off"},
+    {"purge_delay_ms", set_purge_delay, "auto, never, or milliseconds >= -1", false},
+    {"purge_mode", set_purge_mode, "auto, dontneed or free", false},
+    {"backend", set_backend, "auto, uring, process_madvise or madvise", true},
+    {"refault_monitor", set_refault, "auto, on or off", true},
+    {"reclaim_cpu", set_reclaim_cpu, "a CPU list such as 3 or 2-3 (':' between ranges)", true},
+    {"numa", set_numa, "local, interleave, bind or off", true},
+    {"numa_nodes", set_numa_nodes, "a node list such as 0-1", true},
+    {"counter_page", set_counter_page, "on, off or a name of [A-Za-z0-9._-]", true},
+    {"verbose", set_verbose, "on or off", false},
+    {"strict_checks", set_strict, "on or off", false},
+    {"warm_reserve_mb", set_warm, "MiB, 0 to 1048576", false},
+    {"inline_purge", set_inline_purge, "on or off", false},
 };
 
 static bool set_one(const char *key, size_t klen, const char *v, size_t vlen, const char *origin) {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         if (strlen(keys[i].key) != klen || strncasecmp(keys[i].key, key, klen) != 0) continue;
+        if (started && keys[i].at_start_only) {
+            lull_message("%s: %s applies at start only; set it in LULL_CONF, its LULL_ variable "
+                         "or the program's lull_conf string",
+                         origin, keys[i].key);
+            return false;
+        }
         if (keys[i].set(v, vlen)) return true;
         lull_message("%s: bad value '%.*s' for %s (expected %s); using the default", origin,
                      (int)vlen, v, keys[i].key, keys[i].expect);
@@ -202,18 +216,22 @@ bool lull_config_set(const char *key, const char *value) {
     return set_one(key, strlen(key), value, strlen(value), "lull_configure");
 }
 
-void lull_config_load(void) {
-    if (loaded) return;
-    loaded = true;
-    const char *conf = getenv("LULL_CONF");
+static void load_list(const char *conf, const char *origin) {
     while (conf && *conf) {
         size_t len = strcspn(conf, ",");
         const char *eq = memchr(conf, '=', len);
-        if (eq) set_one(conf, (size_t)(eq - conf), eq + 1, len - (size_t)(eq - conf) - 1, "LULL_CONF");
-        else if (len) lull_message("LULL_CONF: '%.*s' is not key=value; ignored", (int)len, conf);
+        if (eq) set_one(conf, (size_t)(eq - conf), eq + 1, len - (size_t)(eq - conf) - 1, origin);
+        else if (len) lull_message("%s: '%.*s' is not key=value; ignored", origin, (int)len, conf);
         conf += len;
         if (*conf == ',') conf++;
     }
+}
+
+void lull_config_load(void) {
+    if (loaded) return;
+    loaded = true;
+    if (&lull_conf && lull_conf) load_list(lull_conf, "lull_conf");
+    load_list(getenv("LULL_CONF"), "LULL_CONF");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char name[48] = "LULL_";
         size_t k = 5;

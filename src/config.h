@@ -49,6 +49,9 @@ extern lull_config_t lull_config;
 void lull_config_load(void);
 /* Set one key from text; false (and one message) on an unknown key or bad value. */
 bool lull_config_set(const char *key, const char *value);
+/* Start-up keys (backend, reclaim_cpu, numa, counter_page, ...) are
+ * refused from now on, with a message. */
+void lull_config_mark_started(void);
 /* Write the configuration in force as "key=value,..." into buf. */
 size_t lull_config_format(char *buf, size_t len);
 

@@ -88,6 +88,7 @@ __attribute__((constructor(101))) static void lull_constructor(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     for (int i = 0; i < module_count; i++)
         if (modules[i].start) modules[i].start();
+    lull_config_mark_started();
     atexit(run_at_exit);
     lull_verbose("%s active (pid %d)", "lull " "0.1.0", (int)getpid());
 }

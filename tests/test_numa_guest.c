@@ -7,7 +7,13 @@
  * with LULL_REQUIRE_NUMA_GUEST=1, a missing dependency fails the test
  * instead, so a CI machine without them cannot pass by skipping;
  * LULL_REQUIRE_NUMA_GUEST=0 turns that off. LULL_NUMA_GUEST_ARGS adds
- * arguments to run.sh (for example "--lib build/liblull.a --only topology"). */
+ * arguments to run.sh (for example "--only topology,lull_local").
+ *
+ * The guest program is linked with this build's liblull.a (run.sh --lib),
+ * so the guest also runs the whole-allocator checks of check_lull.c. Not
+ * in a build whose malloc is not lull's (LULL_OVERRIDE off, sanitizer
+ * builds): there only the numa/ checks run. LULL_NUMA_GUEST_LIB names
+ * another liblull.a, or "none" for the numa/ checks alone. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -37,6 +43,29 @@ static void source_dir(char *buf, size_t len) {
     char file[4096];
     snprintf(file, sizeof file, "%s", __FILE__);
     snprintf(buf, len, "%s/..", dirname(file));
+#endif
+}
+
+/* The liblull.a to link the guest program with, or "" for none. */
+static void static_lib(char *buf, size_t len) {
+    buf[0] = '\0';
+    const char *e = getenv("LULL_NUMA_GUEST_LIB");
+    if (e && *e) {
+        if (strcmp(e, "none") != 0) snprintf(buf, len, "%s", e);
+        return;
+    }
+#if defined(LULL_OVERRIDE) && !defined(LULL_SANITIZED)
+#ifdef LULL_SO_PATH
+    char so[4096];
+    snprintf(so, sizeof so, "%s", LULL_SO_PATH);
+    snprintf(buf, len, "%s/liblull.a", dirname(so)); /* beside liblull.so */
+    if (access(buf, R_OK) == 0) return;
+#endif
+#ifdef LULL_BUILD_DIR
+    snprintf(buf, len, "%s/liblull.a", LULL_BUILD_DIR);
+    if (access(buf, R_OK) == 0) return;
+#endif
+    buf[0] = '\0';
 #endif
 }
 
@@ -84,6 +113,12 @@ Test(numa_guest, two_nodes_in_qemu, .timeout = 590) {
     argv[argc++] = out;
     argv[argc++] = "--timeout";
     argv[argc++] = "420";
+    char lib[4096];
+    static_lib(lib, sizeof lib);
+    if (lib[0]) {
+        argv[argc++] = "--lib";
+        argv[argc++] = lib;
+    }
     char extra[2048] = "";
     const char *e = getenv("LULL_NUMA_GUEST_ARGS");
     if (e) snprintf(extra, sizeof extra, "%s", e);
@@ -133,5 +168,5 @@ Test(numa_guest, two_nodes_in_qemu, .timeout = 590) {
     }
     cr_assert_eq(code, 0, "NUMA guest test failed (run.sh exit %d): %s; log %s", code, verdict,
                  log);
-    cr_log_info("NUMA guest: %s", verdict);
+    cr_log_info("NUMA guest (%s): %s", lib[0] ? lib : "numa/ sources only", verdict);
 }
