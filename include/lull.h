@@ -33,8 +33,9 @@ LULL_EXPORT void *lull_calloc(size_t count, size_t size) LULL_MALLOC_ATTR;
 LULL_EXPORT void *lull_realloc(void *p, size_t size);
 LULL_EXPORT void *lull_reallocarray(void *p, size_t count, size_t size);
 LULL_EXPORT void lull_free(void *p);
-/* Free with the size that was asked for (or any size up to the usable size);
- * lull checks it against the block and aborts on a mismatch. */
+/* Free with the size that was asked for; lull checks that a request of
+ * that size would have been given this block (same size class) and aborts
+ * on a mismatch. */
 LULL_EXPORT void lull_free_sized(void *p, size_t size);
 LULL_EXPORT void lull_free_aligned_sized(void *p, size_t alignment, size_t size);
 LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) LULL_MALLOC_ATTR;

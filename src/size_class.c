@@ -35,8 +35,10 @@ void lull_size_classes_init(void) {
     if (lull_class_count) return;
     lull_class_count = 1; /* class 0 is unused: a zero-size request is class 1 */
     lull_classes[0] = (lull_class_info){0, 0, 0};
-    for (uint32_t s = 8; s <= 64; s += 8) add_class(s);
-    for (uint32_t s = 80; s <= 128; s += 16) add_class(s);
+    /* 8, then 16-byte steps: C17 asks malloc(24) to be aligned for a
+     * long double (16 bytes), so no class above 8 may be 8-aligned only */
+    add_class(8);
+    for (uint32_t s = 16; s <= 128; s += 16) add_class(s);
     for (uint32_t base = 128; base < LULL_SMALL_MAX; base *= 2)
         for (uint32_t k = 1; k <= 8; k++) add_class(base + k * (base / 8));
     /* lookup for sizes up to 1 KiB */

@@ -1,6 +1,7 @@
-/* Size classes: 8-byte steps to 64, 16-byte steps to 128, then eight
- * classes per power of two up to 512 KiB, so a class wastes less than 12.5 %
- * of its size above 128 bytes (and at most one 16-byte quantum below). Each
+/* Size classes: 8, 16-byte steps to 128, then eight classes per power of
+ * two up to 512 KiB, so a class wastes less than 12.5 % of its size above
+ * 128 bytes (and at most one 16-byte quantum below); every class from 16 up
+ * is a multiple of 16, so blocks are aligned for any fundamental type. Each
  * class has a span length chosen so that the span's unused tail is small. */
 #ifndef LULL_SIZE_CLASS_H
 #define LULL_SIZE_CLASS_H

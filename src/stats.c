@@ -17,6 +17,29 @@
 extern _Atomic uint64_t lull_heap_chunk_bytes;
 const purge_backend *lull_reclaim_backend(void);
 
+/* The walker reads span descriptors and heap counters that their owner
+ * threads write with plain stores on the malloc and free paths. Each value
+ * is an aligned word read with a relaxed atomic load: it may be stale, and
+ * every use is clamped to what the slice maps allow. ThreadSanitizer is
+ * told to skip these reads, and only these (the maps, the huge-block terms
+ * and the reclaim figures are atomic on both sides). */
+#if defined(__SANITIZE_THREAD__)
+#define LULL_STATS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LULL_STATS_TSAN 1
+#endif
+#endif
+#ifdef LULL_STATS_TSAN
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+#define RACY_READS_BEGIN() AnnotateIgnoreReadsBegin(__FILE__, __LINE__)
+#define RACY_READS_END() AnnotateIgnoreReadsEnd(__FILE__, __LINE__)
+#else
+#define RACY_READS_BEGIN() ((void)0)
+#define RACY_READS_END() ((void)0)
+#endif
+
 static void account_segment(lull_segment *s, struct lull_counters_accounting *a) {
     uint64_t free_map[LULL_SLICE_WORDS];
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
@@ -48,6 +71,7 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
         a->dirty += (uint64_t)__builtin_popcountll(free_map[w] & ~seen[w]) * LULL_SLICE_SIZE;
     /* in-use slices: walk the spans */
+    RACY_READS_BEGIN();
     for (unsigned i = LULL_META_SLICES; i < LULL_SLICES;) {
         if (free_map[i / 64] >> (i % 64) & 1) {
             i++;
@@ -81,6 +105,7 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
         }
         i += run ? run : 1;
     }
+    RACY_READS_END();
 }
 
 static void add_acct(struct lull_counters_accounting *to, const struct lull_counters_accounting *a) {
@@ -99,9 +124,11 @@ extern _Atomic uint64_t lull_other_frees;
 
 static void count_heap_stats(lull_heap *h, void *arg) {
     struct lull_counters *out = arg;
+    RACY_READS_BEGIN();
     out->malloc_count += __atomic_load_n(&h->allocs, __ATOMIC_RELAXED);
-    out->free_count += __atomic_load_n(&h->frees, __ATOMIC_RELAXED) +
-                       atomic_load_explicit(&h->remote_frees, memory_order_relaxed);
+    out->free_count += __atomic_load_n(&h->frees, __ATOMIC_RELAXED);
+    RACY_READS_END();
+    out->free_count += atomic_load_explicit(&h->remote_frees, memory_order_relaxed);
 }
 
 void lull_stats_collect(struct lull_counters *out) {
@@ -132,11 +159,12 @@ void lull_stats_collect(struct lull_counters *out) {
 
     lull_reclaim_stats r;
     lull_reclaim_get_stats(&r);
+    /* NULL until the reclaim thread has opened its backend */
     const purge_backend *b = lull_reclaim_backend();
     /* the backend may have degraded at run time: read it now */
-    r.backend = (int)__atomic_load_n(&b->kind, __ATOMIC_RELAXED);
+    if (b) r.backend = (int)__atomic_load_n(&b->kind, __ATOMIC_RELAXED);
     if (r.running) out->flags |= LULL_COUNTERS_F_RECLAIM_THREAD;
-    if (__atomic_load_n(&b->fallback_reason[0], __ATOMIC_RELAXED) || r.start_failed)
+    if ((b && __atomic_load_n(&b->fallback_reason[0], __ATOMIC_RELAXED)) || r.start_failed)
         out->flags |= LULL_COUNTERS_F_DEGRADED;
     if (!r.running && lull_config.inline_purge) out->flags |= LULL_COUNTERS_F_INLINE_PURGE;
     long delay = lull_reclaim_effective_delay();
@@ -149,15 +177,17 @@ void lull_stats_collect(struct lull_counters *out) {
     out->reclaim_ticks = r.ticks;
     out->huge_unmapped = r.huge_freed;
     out->huge_unmapped_bytes = r.huge_freed_bytes;
-    for (int k = 1; k < LULL_COUNTERS_BACKEND_COUNT && k < PURGE_KIND_COUNT; k++) {
+    for (int k = 1; b && k < LULL_COUNTERS_BACKEND_COUNT && k < PURGE_KIND_COUNT; k++) {
         out->purge_calls[k] = purge_backend_counter(&b->per_kind[k].ranges);
         out->purge_bytes[k] = purge_backend_counter(&b->per_kind[k].bytes);
         out->purge_syscalls[k] = purge_backend_counter(&b->per_kind[k].calls);
         out->purged_pages += out->purge_bytes[k] / LULL_PAGE_SIZE;
     }
-    out->purge_errors = purge_backend_counter(&b->errors) + r.purge_failures;
-    out->backend_fallbacks = purge_backend_counter(&b->fallbacks);
-    out->refault_mechanism = lull_refault_fill_counters(out);
+    out->purge_errors = (b ? purge_backend_counter(&b->errors) : 0) + r.purge_failures;
+    out->backend_fallbacks = b ? purge_backend_counter(&b->fallbacks) : 0;
+    /* the refault monitor is the reclaim thread's to set up: read its state
+     * once the thread has started it (or when no thread will) */
+    if (b || r.start_failed) out->refault_mechanism = lull_refault_fill_counters(out);
     lull_heaps_foreach(count_heap_stats, out);
     out->free_count += atomic_load_explicit(&lull_other_frees, memory_order_relaxed);
     lull_config_format(out->config, sizeof out->config);

@@ -1,0 +1,517 @@
+/* Invalid and double frees end in a clear abort: each bad operation runs in a
+ * forked child whose stderr goes to a pipe; the child must die of SIGABRT
+ * and its message must say "lull", print the address as %p does, and name
+ * the problem. Also the configuration errors (src/config.c): a bad value or
+ * an unknown key is reported once, naming the key, and the default is kept,
+ * from lull_configure() and from LULL_CONF in a new process. */
+#define _GNU_SOURCE
+#include "lull.h"
+#include "numa/arena.h"
+#include "src/fault.h"
+#include "src/heap.h"
+#include "src/span.h"
+#include "src/types.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+/* ---- running a bad operation in a child --------------------------------- */
+
+typedef struct {
+    int status;     /* from waitpid */
+    char err[4096]; /* the child's stderr */
+    size_t err_len;
+} child_result;
+
+static void read_all(int fd, char *buf, size_t cap, size_t *len) {
+    *len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        *len += (size_t)n;
+        if (*len == cap - 1) break;
+    }
+    buf[*len] = 0;
+}
+
+/* Run fn(arg) in a child with stderr captured; the child exits 0 if fn
+ * returns. */
+static void run_child(void (*fn)(void *), void *arg, child_result *r) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fflush(NULL);
+    /* stderr goes to the pipe already during fork: what the child's fork
+     * handlers say is the child's output too */
+    int saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        close(fds[1]);
+        close(saved);
+        fn(arg);
+        _exit(0);
+    }
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    cr_assert_geq(pid, 0);
+    close(fds[1]);
+    read_all(fds[0], r->err, sizeof r->err, &r->err_len);
+    close(fds[0]);
+    cr_assert_eq(waitpid(pid, &r->status, 0), pid);
+}
+
+static void expect_abort(const child_result *r, const void *addr, const char *word) {
+    char where[32];
+    snprintf(where, sizeof where, "%p", addr);
+    if (WIFEXITED(r->status))
+        cr_assert_fail("the child returned from the bad operation (exit %d); stderr: '%s'",
+                       WEXITSTATUS(r->status), r->err);
+    cr_assert(WIFSIGNALED(r->status));
+    cr_assert_eq(WTERMSIG(r->status), SIGABRT, "killed by signal %d, not SIGABRT; stderr: '%s'",
+                 WTERMSIG(r->status), r->err);
+    cr_assert_not_null(strstr(r->err, "lull"), "stderr: '%s'", r->err);
+    cr_assert_not_null(strstr(r->err, where), "address %s not in '%s'", where, r->err);
+    cr_assert_not_null(strstr(r->err, word), "'%s' not in '%s'", word, r->err);
+}
+
+static unsigned count_lines_starting(const char *text, const char *prefix) {
+    unsigned n = 0;
+    size_t pl = strlen(prefix);
+    for (const char *line = text; line && *line;) {
+        if (strncmp(line, prefix, pl) == 0) n++;
+        line = strchr(line, '\n');
+        if (line) line++;
+    }
+    return n;
+}
+
+/* Make sure the process has a heap and a segment before forking. */
+static void warm(void) {
+    void *p = lull_malloc(16);
+    cr_assert_not_null(p);
+    lull_free(p);
+}
+
+/* ---- invalid pointers --------------------------------------------------- */
+
+static void do_free(void *p) {
+    lull_free(p);
+}
+
+Test(free_errors, free_of_a_stack_address, .init = warm) {
+    long on_stack[4] = {0};
+    child_result r;
+    run_child(do_free, &on_stack[1], &r);
+    expect_abort(&r, &on_stack[1], "not allocated by lull");
+    cr_assert_not_null(strstr(r.err, "invalid pointer"));
+}
+
+static char a_global[64];
+
+Test(free_errors, free_of_a_global_address, .init = warm) {
+    child_result r;
+    run_child(do_free, &a_global[8], &r);
+    expect_abort(&r, &a_global[8], "invalid pointer");
+}
+
+static void do_usable(void *p) {
+    (void)lull_usable_size(p);
+}
+
+Test(free_errors, usable_size_of_a_foreign_pointer, .init = warm) {
+    child_result r;
+    run_child(do_usable, &a_global[0], &r);
+    expect_abort(&r, &a_global[0], "invalid pointer");
+    cr_assert_not_null(strstr(r.err, "usable_size"), "stderr: '%s'", r.err);
+}
+
+Test(free_errors, free_of_an_interior_pointer_of_a_large_block, .init = warm) {
+    static const size_t offsets[] = {8, 4096, 70000, MiB + 16};
+    char *p = lull_malloc(2 * MiB);
+    cr_assert_not_null(p);
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        child_result r;
+        run_child(do_free, p + offsets[k], &r);
+        expect_abort(&r, p + offsets[k], "inside a large block");
+    }
+    lull_free(p); /* the parent's block is still fine */
+}
+
+Test(free_errors, free_of_an_interior_pointer_of_a_huge_block, .init = warm) {
+    static const size_t offsets[] = {16, 4096, MiB, 10 * MiB + 8, 30 * MiB};
+    char *p = lull_malloc(40 * MiB);
+    cr_assert_not_null(p);
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        child_result r;
+        run_child(do_free, p + offsets[k], &r);
+        if (strstr(r.err, "not allocated by lull"))
+            /* beyond the header's 32 MiB: reported as foreign, also right */
+            expect_abort(&r, p + offsets[k], "invalid pointer");
+        else
+            expect_abort(&r, p + offsets[k], "inside a huge block");
+    }
+    lull_free(p);
+}
+
+/* The block of a huge mapping is user data; free() of an interior pointer
+ * must not take that data for span descriptors. Here the data happens to
+ * look like a small span of the freeing thread's own heap at the place where
+ * the segment layout keeps the descriptor of the pointer's slice. */
+static void free_interior_of_crafted_huge(void *arg) {
+    char *p = arg;
+    char *q = p + 4 * MiB;
+    lull_segment *seg = lull_segment_of(q);
+    lull_span *d = &seg->slices[((uintptr_t)q - (uintptr_t)seg) >> LULL_SLICE_SHIFT];
+    if ((char *)d >= p && (char *)(d + 1) <= p + 8 * MiB) {
+        memset(d, 0, sizeof *d);
+        d->kind = LULL_SPAN_SMALL;
+        d->head_offset = 0;
+        d->block_size = 64;
+        d->capacity = 100;
+        d->used = 50;
+        atomic_store(&d->heap, lull_tl_heap); /* user data that happens to hold this value */
+    }
+    lull_free(q);
+}
+
+Test(free_errors, free_of_an_interior_pointer_of_a_huge_block_whose_data_looks_like_a_span,
+     .init = warm) {
+    char *p = lull_calloc(1, 20 * MiB);
+    cr_assert_not_null(p);
+    child_result r;
+    run_child(free_interior_of_crafted_huge, p, &r);
+    expect_abort(&r, p + 4 * MiB, "inside a huge block");
+    lull_free(p);
+}
+
+/* An address in a slice no span uses (the segment's free slices) and one in
+ * the segment's metadata slice. */
+Test(free_errors, free_of_a_pointer_into_free_slices, .init = warm) {
+    char *p = lull_malloc(64);
+    cr_assert_not_null(p);
+    lull_segment *seg = lull_segment_of(p);
+    cr_assert_eq(seg->magic, LULL_SEGMENT_MAGIC);
+    /* find a slice that is free (clean or dirty) */
+    int free_slice = -1;
+    for (unsigned i = LULL_SLICES - 1; i > LULL_META_SLICES; i--) {
+        uint64_t bit = (uint64_t)1 << (i % 64);
+        if ((atomic_load(&seg->maps.clean[i / 64]) | atomic_load(&seg->maps.dirty[i / 64])) & bit) {
+            free_slice = (int)i;
+            break;
+        }
+    }
+    cr_assert_geq(free_slice, 0, "no free slice in a fresh segment");
+    char *in_free = (char *)lull_slice_address(seg, (unsigned)free_slice) + 128;
+    child_result r;
+    run_child(do_free, in_free, &r);
+    expect_abort(&r, in_free, "no block there");
+
+    char *in_meta = (char *)seg + 256;
+    run_child(do_free, in_meta, &r);
+    expect_abort(&r, in_meta, "invalid pointer");
+    lull_free(p);
+}
+
+/* A large block freed: its slices are free, a second free finds no block. */
+Test(free_errors, free_of_a_pointer_into_a_freed_large_block, .init = warm) {
+    char *p = lull_malloc(3 * MiB);
+    cr_assert_not_null(p);
+    lull_free(p);
+    child_result r;
+    run_child(do_free, p + MiB, &r);
+    expect_abort(&r, p + MiB, "invalid pointer");
+}
+
+/* ---- double frees ------------------------------------------------------- */
+
+static void do_double_free(void *p) {
+    lull_free(p);
+    lull_free(p);
+}
+
+static void double_free_small_of(size_t size) {
+    void *p = lull_malloc(size);
+    cr_assert_not_null(p);
+    child_result r;
+    run_child(do_double_free, p, &r);
+    expect_abort(&r, p, "double free");
+    lull_free(p);
+}
+
+Test(free_errors, double_free_of_a_small_block, .init = warm) {
+    double_free_small_of(64);
+}
+
+static void *g_b, *g_c;
+
+static void free_b_c_b(void *unused) {
+    (void)unused;
+    lull_free(g_b);
+    lull_free(g_c);
+    lull_free(g_b);
+}
+
+Test(free_errors, double_free_of_a_small_block_between_other_frees, .init = warm) {
+    void *a = lull_malloc(200);
+    g_b = lull_malloc(200);
+    g_c = lull_malloc(200);
+    cr_assert(a && g_b && g_c);
+    lull_free(a);
+    child_result r;
+    run_child(free_b_c_b, NULL, &r);
+    expect_abort(&r, g_b, "double free");
+    lull_free(g_b);
+    lull_free(g_c);
+}
+
+/* The first free of the only handed-out block of a span leaves a free list
+ * of one block whose link is NULL: the second free must still be caught. */
+Test(free_errors, double_free_of_the_only_block_of_a_span, .init = warm) {
+    double_free_small_of(8 * KiB);
+}
+
+Test(free_errors, double_free_of_a_128KiB_block, .init = warm) {
+    double_free_small_of(128 * KiB);
+}
+
+Test(free_errors, double_free_of_a_large_block, .init = warm) {
+    void *p = lull_malloc(MiB);
+    cr_assert_not_null(p);
+    child_result r;
+    run_child(do_double_free, p, &r);
+    expect_abort(&r, p, "double free");
+    lull_free(p);
+}
+
+/* Without a reclaim thread the freed huge block stays mapped and queued:
+ * the second free sees its freed flag. */
+Test(free_errors, double_free_of_a_huge_block_still_queued, .init = warm) {
+    void *p = lull_malloc(20 * MiB);
+    cr_assert_not_null(p);
+    lull_fault_arm(LULL_FAULT_THREAD_CREATE, 1); /* the child's reclaim thread fails to start */
+    child_result r;
+    run_child(do_double_free, p, &r);
+    lull_fault_arm(LULL_FAULT_THREAD_CREATE, 0);
+    expect_abort(&r, p, "double free");
+    cr_assert_not_null(strstr(r.err, "huge"), "stderr: '%s'", r.err);
+    lull_free(p);
+}
+
+/* With the reclaim thread: once it unmapped the block, the second free finds
+ * no lull memory there. */
+static void double_free_huge_after_reclaim(void *p) {
+    lull_free(p);
+    if (!lull_reclaim_now()) _exit(3);
+    lull_reclaim_now();
+    lull_free(p);
+}
+
+Test(free_errors, double_free_of_a_huge_block_already_unmapped, .init = warm) {
+    void *p = lull_malloc(20 * MiB);
+    cr_assert_not_null(p);
+    child_result r;
+    run_child(double_free_huge_after_reclaim, p, &r);
+    cr_assert_not(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 3, "no reclaim thread");
+    expect_abort(&r, p, "invalid pointer");
+    lull_free(p);
+}
+
+/* ---- sized frees -------------------------------------------------------- */
+
+static void free_sized_50(void *p) {
+    lull_free_sized(p, 50);
+}
+static void free_sized_300(void *p) {
+    lull_free_sized(p, 300);
+}
+static void free_sized_too_big(void *p) {
+    lull_free_sized(p, 3 * MiB);
+}
+
+Test(free_errors, free_sized_with_a_wrong_size, .init = warm) {
+    void *p = lull_malloc(100); /* a 112-byte block */
+    cr_assert_not_null(p);
+    child_result r;
+    run_child(free_sized_50, p, &r);
+    expect_abort(&r, p, "does not match");
+    run_child(free_sized_300, p, &r);
+    expect_abort(&r, p, "larger than block");
+    lull_free_sized(p, 100);
+
+    void *large = lull_malloc(2 * MiB);
+    cr_assert_not_null(large);
+    run_child(free_sized_too_big, large, &r);
+    expect_abort(&r, large, "larger than block");
+    lull_free_sized(large, 2 * MiB);
+}
+
+/* ---- strict checks: remote interior frees -------------------------------- */
+
+static void *remote_free_thread(void *p) {
+    lull_free(p);
+    return NULL;
+}
+
+static void strict_remote_interior(void *p) {
+    if (!lull_configure("strict_checks", "on")) _exit(4);
+    pthread_t t;
+    pthread_create(&t, NULL, remote_free_thread, p);
+    pthread_join(t, NULL);
+}
+
+Test(free_errors, strict_checks_catch_a_remote_free_of_an_interior_pointer, .init = warm) {
+    char *p = lull_malloc(100);
+    cr_assert_not_null(p);
+    child_result r;
+    run_child(strict_remote_interior, p + 16, &r);
+    expect_abort(&r, p + 16, "invalid pointer");
+    cr_assert_not_null(strstr(r.err, "112-byte block"), "stderr: '%s'", r.err);
+    lull_free(p);
+}
+
+/* ---- configuration errors ----------------------------------------------- */
+
+/* Run fn with stderr going to a pipe in this process; return the text. */
+static void capture_stderr(bool (*fn)(const char *, const char *), const char *k, const char *v,
+                           bool *ret, char *out, size_t cap) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[1]);
+    *ret = fn(k, v);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    size_t len;
+    read_all(fds[0], out, cap, &len);
+    close(fds[0]);
+}
+
+Test(free_errors, configure_bad_value_is_reported_once_and_the_value_kept) {
+    lull_set_purge_delay_ms(777);
+    char err[1024];
+    bool ok;
+    capture_stderr(lull_configure, "purge_delay_ms", "banana", &ok, err, sizeof err);
+    cr_assert_not(ok);
+    cr_assert_eq(count_lines_starting(err, "lull:"), 1, "stderr: '%s'", err);
+    cr_assert_eq(count_lines_starting(err, ""), 1, "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "purge_delay_ms"), "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "banana"), "stderr: '%s'", err);
+    cr_assert_eq(lull_purge_delay_ms(), 777);
+
+    capture_stderr(lull_configure, "purge_delay_ms", "-3", &ok, err, sizeof err);
+    cr_assert_not(ok);
+    cr_assert_eq(count_lines_starting(err, "lull:"), 1, "stderr: '%s'", err);
+    cr_assert_eq(lull_purge_delay_ms(), 777);
+
+    /* a good value: true, silent, applied */
+    capture_stderr(lull_configure, "purge_delay_ms", "250", &ok, err, sizeof err);
+    cr_assert(ok);
+    cr_assert_str_eq(err, "");
+    cr_assert_eq(lull_purge_delay_ms(), 250);
+}
+
+Test(free_errors, configure_unknown_key_is_reported_once) {
+    char err[1024];
+    bool ok;
+    capture_stderr(lull_configure, "purge_dealy_ms", "10", &ok, err, sizeof err);
+    cr_assert_not(ok);
+    cr_assert_eq(count_lines_starting(err, "lull:"), 1, "stderr: '%s'", err);
+    cr_assert_eq(count_lines_starting(err, ""), 1, "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "purge_dealy_ms"), "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "unknown"), "stderr: '%s'", err);
+    capture_stderr(lull_configure, "", "10", &ok, err, sizeof err);
+    cr_assert_not(ok);
+    capture_stderr(lull_configure, "verbose", "", &ok, err, sizeof err);
+    cr_assert_not(ok);
+    cr_assert_not_null(strstr(err, "verbose"), "stderr: '%s'", err);
+}
+
+/* LULL_CONF is read once at start: a new process of this very program, with
+ * LULL_TEST_CONF_PROBE set, prints its purge delay from a constructor and
+ * exits before Criterion starts. */
+__attribute__((constructor(200))) static void conf_probe(void) {
+    if (!getenv("LULL_TEST_CONF_PROBE")) return;
+    void *p = lull_malloc(16); /* lull is initialised (and LULL_CONF read) */
+    lull_free(p);
+    char buf[64];
+    int n = snprintf(buf, sizeof buf, "delay=%ld\n", lull_purge_delay_ms());
+    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
+    (void)w;
+    _exit(0);
+}
+
+static void run_probe(const char *conf_var, const char *conf, char *out, size_t out_cap, char *err,
+                      size_t err_cap) {
+    int o[2], e[2];
+    cr_assert_eq(pipe(o), 0);
+    cr_assert_eq(pipe(e), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(o[1], STDOUT_FILENO);
+        dup2(e[1], STDERR_FILENO);
+        close(o[0]), close(o[1]), close(e[0]), close(e[1]);
+        char *const argv[] = {"probe", NULL};
+        char v1[256], v2[256];
+        snprintf(v1, sizeof v1, "%s=%s", conf_var, conf);
+        snprintf(v2, sizeof v2, "LULL_TEST_CONF_PROBE=1");
+        /* no counter page: its messages are not what this test counts */
+        char *const envp[] = {v1, v2, "LULL_COUNTER_PAGE=off", NULL};
+        execve("/proc/self/exe", argv, envp);
+        _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    size_t len;
+    read_all(o[0], out, out_cap, &len);
+    read_all(e[0], err, err_cap, &len);
+    close(o[0]);
+    close(e[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "probe status %#x, stderr '%s'",
+              status, err);
+}
+
+Test(free_errors, lull_conf_bad_value_in_a_new_process) {
+    char out[256], err[2048];
+    /* the probe works: a good value is applied silently */
+    run_probe("LULL_CONF", "purge_delay_ms=1234", out, sizeof out, err, sizeof err);
+    cr_assert_str_eq(out, "delay=1234\n");
+    cr_assert_eq(count_lines_starting(err, "lull:"), 0, "stderr: '%s'", err);
+
+    run_probe("LULL_CONF", "purge_delay_ms=oops", out, sizeof out, err, sizeof err);
+    cr_assert_str_eq(out, "delay=-2\n", "the default (auto) was not kept: %s", out);
+    cr_assert_eq(count_lines_starting(err, "lull:"), 1, "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "purge_delay_ms"), "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "oops"), "stderr: '%s'", err);
+
+    /* a bad value does not stop the keys after it */
+    run_probe("LULL_CONF", "purge_delay_ms=oops,nosuchkey=1,purge_delay_ms=55", out, sizeof out,
+              err, sizeof err);
+    cr_assert_str_eq(out, "delay=55\n");
+    cr_assert_eq(count_lines_starting(err, "lull:"), 2, "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "nosuchkey"), "stderr: '%s'", err);
+
+    run_probe("LULL_PURGE_DELAY_MS", "soon", out, sizeof out, err, sizeof err);
+    cr_assert_str_eq(out, "delay=-2\n");
+    cr_assert_eq(count_lines_starting(err, "lull:"), 1, "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "purge_delay_ms"), "stderr: '%s'", err);
+    cr_assert_not_null(strstr(err, "LULL_PURGE_DELAY_MS"), "stderr: '%s'", err);
+}
