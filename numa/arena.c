@@ -56,7 +56,7 @@ static lull_segment *segment_create(lull_arena *a) {
 /* Feed the purge policy: how long each slice taken now had been free, and
  * whether it had been purged meanwhile (a wasted purge). Slices that were
  * freed at the same moment are recorded together. */
-static void record_reuse(lull_segment *s, unsigned first, unsigned n) {
+static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint64_t *lazy) {
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n;) {
         uint32_t freed = atomic_load_explicit(&s->freed_ms[i], memory_order_relaxed);
@@ -65,11 +65,15 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n) {
         while (j < first + n && atomic_load_explicit(&s->freed_ms[j], memory_order_relaxed) == freed &&
                (atomic_load_explicit(&s->purged_ms[j], memory_order_relaxed) != 0) == (purged != 0))
             j++;
-        if (purged) /* the refault monitor looks at which of its pages come back */
+        /* the refault monitor looks at which of its pages come back; not for
+         * MADV_FREE'd slices, whose pages may simply still be there (a
+         * reuse that cost no fault) */
+        if (purged)
             for (unsigned k = i; k < j;) {
                 unsigned off = k % 64, cnt = 64 - off < j - k ? 64 - off : j - k;
-                atomic_fetch_or_explicit(&s->refault_watch[k / 64], lull_bits_mask(off, cnt),
-                                         memory_order_relaxed);
+                uint64_t bits = lull_bits_mask(off, cnt) & ~lazy[k / 64];
+                if (bits)
+                    atomic_fetch_or_explicit(&s->refault_watch[k / 64], bits, memory_order_relaxed);
                 k += cnt;
             }
         if (freed) /* 0: never used since the segment was mapped */
@@ -123,7 +127,7 @@ static bool claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed)
         }
     }
     *zeroed = zero;
-    record_reuse(s, first, n);
+    record_reuse(s, first, n, was_lazy);
     return true;
 }
 

@@ -41,6 +41,9 @@ static struct {
     _Atomic bool start_failed;
     _Atomic uint32_t request_seq; /* futex: lull_reclaim_now() asks */
     _Atomic uint32_t done_seq;    /* futex: the tick that answered */
+    /* Set (release) once the thread has opened its backend and refault
+     * monitor: only then may other threads read their state. */
+    _Atomic bool started;
     purge_backend backend;        /* the reclaim thread's alone */
     lull_reclaim_stats stats;     /* written by the reclaim thread, read relaxed */
 } R;
@@ -63,7 +66,8 @@ long lull_reclaim_effective_delay(void) {
 }
 
 static int effective_advice(void) {
-    switch (lull_config.purge_mode) {
+    /* lull_configure() may change it on another thread */
+    switch (__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)) {
     case LULL_MODE_FREE: return MADV_FREE;
     case LULL_MODE_DONTNEED: return MADV_DONTNEED;
     default: return lull_policy_mode(&lull_the_policy);
@@ -150,8 +154,13 @@ static bool tick_lazy(lull_arena *a, uint32_t now) {
     }
     if (n) purge_backend_run(&R.backend, ranges, n, MADV_DONTNEED, results);
     for (size_t i = 0; i < n; i++) {
-        if (results[i] == 0) lull_arena_purge_done(&runs[i], false);
-        else lull_arena_purge_failed(&runs[i]);
+        if (results[i] == 0) {
+            /* MADV_DONTNEED dropped the write-protect markers again */
+            lull_refault_after_purge(ranges[i].addr, ranges[i].len);
+            lull_arena_purge_done(&runs[i], false);
+        } else {
+            lull_arena_purge_failed(&runs[i]);
+        }
     }
     return n > 0;
 }
@@ -199,6 +208,7 @@ static void *reclaim_main(void *arg) {
         lull_verbose("purge backend %s", purge_backend_name(kind));
     }
     lull_refault_start();
+    atomic_store_explicit(&R.started, true, memory_order_release);
     if (lull_reclaim_thread_start_hook) lull_reclaim_thread_start_hook();
     unsigned sleep_ms = BUSY_TICK_MS;
     for (;;) {
@@ -242,12 +252,16 @@ failed:
     atomic_store(&R.start_failed, true);
     lull_message("cannot start the reclaim thread: freed memory is reused but not given back to "
                  "the kernel%s",
-                 lull_config.inline_purge ? "" : " (inline_purge=on purges on freeing threads)");
+                 __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)
+                     ? ""
+                     : " (inline_purge=on purges on freeing threads)");
 }
 
 void lull_reclaim_huge_push(lull_huge *h) {
-    if (!atomic_load_explicit(&R.running, memory_order_relaxed) && lull_config.inline_purge) {
-        STAT_ADD(inline_purges, 1);
+    if (!atomic_load_explicit(&R.running, memory_order_relaxed) &&
+        __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)) {
+        /* any request thread: not the single-writer STAT_ADD */
+        __atomic_fetch_add(&R.stats.inline_purges, 1, __ATOMIC_RELAXED);
         lull_huge_unmap(h);
         return;
     }
@@ -267,16 +281,37 @@ LULL_EXPORT bool lull_reclaim_now(void) {
     }
 }
 
+/* Any thread. The figures are words the reclaim thread stores atomically
+ * while this runs: each is read atomically (no memcpy of the struct), and
+ * backend_reason, written once before `started`, only after it. */
 void lull_reclaim_get_stats(lull_reclaim_stats *out) {
-    __atomic_load(&R.stats.ticks, &out->ticks, __ATOMIC_RELAXED);
-    memcpy(out, &R.stats, sizeof *out); /* fields are single-writer words */
+#define STAT_GET(field) out->field = __atomic_load_n(&R.stats.field, __ATOMIC_RELAXED)
+    STAT_GET(ticks);
+    STAT_GET(cpu_ns);
+    STAT_GET(purge_runs);
+    STAT_GET(purged_bytes);
+    STAT_GET(purge_failures);
+    STAT_GET(huge_freed);
+    STAT_GET(huge_freed_bytes);
+    STAT_GET(inline_purges);
+    STAT_GET(backend);
+    STAT_GET(delay_ms);
+    STAT_GET(mode);
+#undef STAT_GET
     out->running = atomic_load(&R.running);
     out->start_failed = atomic_load(&R.start_failed);
-    for (int k = 0; k < PURGE_KIND_COUNT; k++) (void)k;
+    if (atomic_load_explicit(&R.started, memory_order_acquire))
+        memcpy(out->backend_reason, R.stats.backend_reason, sizeof out->backend_reason);
+    else
+        out->backend_reason[0] = '\0';
 }
 
+/* The reclaim thread's backend, for its counters; NULL until the thread has
+ * opened it (purge_backend_open rewrites the whole struct). */
 const purge_backend *lull_reclaim_backend(void);
-const purge_backend *lull_reclaim_backend(void) { return &R.backend; }
+const purge_backend *lull_reclaim_backend(void) {
+    return atomic_load_explicit(&R.started, memory_order_acquire) ? &R.backend : NULL;
+}
 
 static void reclaim_fork_child(void) {
     /* the parent's reclaim thread does not exist here, and its ring must
@@ -285,6 +320,7 @@ static void reclaim_fork_child(void) {
     lull_refault_after_fork_child();
     bool was_running = atomic_load(&R.running);
     atomic_store(&R.running, false);
+    atomic_store(&R.started, false);
     atomic_store(&R.request_seq, 0);
     atomic_store(&R.done_seq, 0);
     memset(&R.stats, 0, sizeof R.stats);

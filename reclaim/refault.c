@@ -39,6 +39,12 @@ static void register_segments(void) {
 void lull_refault_after_purge(void *addr, size_t len) {
     if (!opened || M.kind != REFAULT_WP_ASYNC) return;
     lull_segment *s = (lull_segment *)((uintptr_t)addr & ~LULL_SEGMENT_MASK);
+    /* a segment mapped since the last tick is purged before the tick
+     * registers it: register it now, or its purged range stays unarmed and
+     * every page of it reads as written when it is reused */
+    if (!atomic_load_explicit(&s->refault_registered, memory_order_relaxed) &&
+        refault_register(&M, s, LULL_SEGMENT_SIZE) == 0)
+        atomic_store_explicit(&s->refault_registered, 1, memory_order_relaxed);
     /* MADV_DONTNEED dropped the markers: protect again before the slices
      * can be handed out, so their next writes are seen */
     if (atomic_load_explicit(&s->refault_registered, memory_order_relaxed))
@@ -71,10 +77,21 @@ static void scan_segment(lull_segment *s, uint32_t now) {
             unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
             unsigned slice = w * 64 + b;
             uint32_t purged = atomic_load_explicit(&s->purged_ms[slice], memory_order_relaxed);
-            size_t pages = 0;
-            long r = refault_scan(&M, lull_slice_address(s, slice), (size_t)len << LULL_SLICE_SHIFT,
-                                  regions, SCAN_REGIONS, false, &pages);
-            if (r >= 0 && pages) record(pages, purged ? now - purged : 0);
+            /* a full region vector stops the walk early (scattered pages
+             * are one region each): go on from where it stopped */
+            uintptr_t at = (uintptr_t)lull_slice_address(s, slice);
+            uintptr_t end = at + ((size_t)len << LULL_SLICE_SHIFT);
+            size_t total = 0;
+            while (at < end) {
+                size_t pages = 0;
+                long r =
+                    refault_scan(&M, (void *)at, end - at, regions, SCAN_REGIONS, false, &pages);
+                if (r < 0) break;
+                total += pages;
+                if (M.scan_end <= at || M.scan_end >= end) break;
+                at = M.scan_end;
+            }
+            if (total) record(total, purged ? now - purged : 0);
             got &= ~lull_bits_mask(b, len);
         }
     }

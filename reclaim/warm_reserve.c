@@ -3,6 +3,7 @@
 #include "numa/arena.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
+#include "reclaim/refault.h"
 #include "src/config.h"
 #include "src/linux_compat.h"
 
@@ -82,6 +83,8 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
         uint64_t bytes = 0;
         for (size_t i = 0; i < n; i++) {
             if (results[i] == 0) {
+                /* MADV_DONTNEED dropped the write-protect markers */
+                lull_refault_after_purge(ranges[i].addr, ranges[i].len);
                 lull_arena_purge_done(&runs[i], false);
                 bytes += ranges[i].len;
             } else {
