@@ -17,6 +17,9 @@
 #endif
 
 static _Atomic uintptr_t next_segment_hint;
+/* Address space mapped only to align a segment (the fallback below): never
+ * touched; counted by the statistics as purged. */
+_Atomic uint64_t lull_os_slack_bytes;
 
 size_t lull_os_page_size(void) { return LULL_PAGE_SIZE; }
 
@@ -31,8 +34,10 @@ void lull_os_init(void) {
     uintptr_t start = (uintptr_t)0x200000000000ULL; /* 32 TiB */
     if (p != MAP_FAILED) {
         munmap(p, probe_len); /* start-up only, before any request thread exists */
-        uintptr_t below = (uintptr_t)p - ((uintptr_t)1 << 40); /* 1 TiB under mmap_base */
-        if (below > start) start = below;
+        uintptr_t tib = (uintptr_t)1 << 40;
+        if ((uintptr_t)p > start + tib) start = (uintptr_t)p - tib; /* 1 TiB under mmap_base */
+        else if ((uintptr_t)p < start) /* a small address space (valgrind, 39-bit VA) */
+            start = (uintptr_t)p + ((uintptr_t)1 << 36);
     }
     uintptr_t expected = 0;
     atomic_compare_exchange_strong(&next_segment_hint, &expected,
@@ -44,22 +49,33 @@ void *lull_os_segment_map(void) {
         errno = ENOMEM;
         return NULL;
     }
-    for (int attempt = 0; attempt < 64; attempt++) {
+    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    for (int attempt = 0; attempt < 16; attempt++) {
         uintptr_t hint = atomic_fetch_add(&next_segment_hint, LULL_SEGMENT_SIZE);
-        void *p = mmap((void *)hint, LULL_SEGMENT_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        void *p = mmap((void *)hint, LULL_SEGMENT_SIZE, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
         if (p == (void *)hint) return p;
         if (p != MAP_FAILED) {
             /* an old kernel ignored MAP_FIXED_NOREPLACE and placed it
-             * elsewhere: usable only if aligned */
+             * elsewhere: usable if aligned, else kept as slack below */
             if (((uintptr_t)p & LULL_SEGMENT_MASK) == 0) return p;
-            munmap(p, LULL_SEGMENT_SIZE); /* never happens on 4.17+ kernels */
-            continue;
+            atomic_fetch_add(&lull_os_slack_bytes, LULL_SEGMENT_SIZE);
+            break;
         }
-        if (errno != EEXIST) break; /* ENOMEM: out of memory or map count */
+        if (errno != EEXIST) break;
     }
-    errno = ENOMEM;
-    return NULL;
+    /* The hinted region is taken or refused (valgrind keeps its own map of
+     * the address space): let the kernel choose, twice the size, and use
+     * the aligned segment inside. The rest is never touched and never
+     * unmapped (no munmap on a request thread). */
+    void *p = mmap(NULL, 2 * LULL_SEGMENT_SIZE, prot, flags, -1, 0);
+    if (p == MAP_FAILED) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uintptr_t seg = align_up((uintptr_t)p, LULL_SEGMENT_SIZE);
+    atomic_fetch_add(&lull_os_slack_bytes, LULL_SEGMENT_SIZE);
+    atomic_store(&next_segment_hint, seg + LULL_SEGMENT_SIZE);
+    return (void *)seg;
 }
 
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 extern _Atomic uint64_t lull_heap_chunk_bytes;
+extern _Atomic uint64_t lull_os_slack_bytes;
 const purge_backend *lull_reclaim_backend(void);
 
 /* The walker reads span descriptors and heap counters that their owner
@@ -155,6 +156,9 @@ void lull_stats_collect(struct lull_counters *out) {
     uint64_t heap_bytes = atomic_load(&lull_heap_chunk_bytes);
     out->nodes[0].acct.mapped += heap_bytes;
     out->nodes[0].acct.metadata += heap_bytes;
+    uint64_t slack = atomic_load(&lull_os_slack_bytes); /* alignment slack: mapped, untouched */
+    out->nodes[0].acct.mapped += slack;
+    out->nodes[0].acct.purged += slack;
     for (int n = 0; n < nodes; n++) add_acct(&out->total, &out->nodes[n].acct);
 
     lull_reclaim_stats r;
@@ -166,7 +170,8 @@ void lull_stats_collect(struct lull_counters *out) {
     if (r.running) out->flags |= LULL_COUNTERS_F_RECLAIM_THREAD;
     if ((b && __atomic_load_n(&b->fallback_reason[0], __ATOMIC_RELAXED)) || r.start_failed)
         out->flags |= LULL_COUNTERS_F_DEGRADED;
-    if (!r.running && lull_config.inline_purge) out->flags |= LULL_COUNTERS_F_INLINE_PURGE;
+    if (!r.running && __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED))
+        out->flags |= LULL_COUNTERS_F_INLINE_PURGE;
     long delay = lull_reclaim_effective_delay();
     out->purge_delay_ms = delay < 0 ? LULL_COUNTERS_DELAY_NEVER : (uint64_t)delay;
     out->backend = r.running && delay >= 0 ? (uint64_t)r.backend : LULL_COUNTERS_BACKEND_NONE;

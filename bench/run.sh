@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# bench/run.sh: the benchmark suite, one command.
+#
+#   bench/run.sh [--quick] [--runs N] [--only SCENARIO[,SCENARIO...]]
+#                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
+#
+# Scenarios: stall throughput callgrind latency burst redis (default: all).
+# Allocators: glibc jemalloc mimalloc tcmalloc lull (default: all). lull is
+# build/liblull.so under the repository root, or $LULL_SO; when it is not
+# there its rows say "missing" and the run goes on.
+#
+# Builds the bench programs (and tries to build liblull.so, unless
+# --no-build-lull or $LULL_SO), then runs every scenario --runs times (5;
+# --quick: 1 run with small sizes). Within a repetition every allocator runs
+# once, in an order rotated from one repetition to the next. callgrind runs
+# once (its counts are exact); redis runs --redis-runs times (default 3,
+# --quick 1); the syscall-counting pass of stall runs once.
+#
+# Writes bench/results/<date>/ (or --out): <scenario>.csv with every run,
+# summary.csv (medians), results.md (tables with ratios to glibc and to the
+# best peer, the goals, the preload checks), PNG plots, and raw/ (logs and
+# the CSVs behind the plots). Every program run is bounded by `timeout`;
+# a failing run is logged in errors.txt and the suite goes on.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SCENARIOS=(stall throughput callgrind latency burst redis)
+runs=
+redis_runs=
+quick=0
+only=
+allocs_arg=
+out=
+build_lull=1
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) quick=1 ;;
+    --runs) runs=$2; shift ;;
+    --runs=*) runs=${1#*=} ;;
+    --redis-runs) redis_runs=$2; shift ;;
+    --redis-runs=*) redis_runs=${1#*=} ;;
+    --only) only=$2; shift ;;
+    --only=*) only=${1#*=} ;;
+    --allocators) allocs_arg=$2; shift ;;
+    --allocators=*) allocs_arg=${1#*=} ;;
+    --out) out=$2; shift ;;
+    --out=*) out=${1#*=} ;;
+    --no-build-lull) build_lull=0 ;;
+    -h | --help)
+        sed -n '2,24p' "$0"
+        exit 0
+        ;;
+    *) die "unknown argument $1 (see --help)" ;;
+    esac
+    shift
+done
+if [ -z "$runs" ]; then runs=$([ $quick = 1 ] && echo 1 || echo 5); fi
+if [ -z "$redis_runs" ]; then redis_runs=$([ $quick = 1 ] && echo 1 || echo $((runs < 3 ? runs : 3))); fi
+[[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive number"
+[[ $redis_runs =~ ^[1-9][0-9]*$ ]] || die "--redis-runs must be a positive number"
+
+selected=("${SCENARIOS[@]}")
+if [ -n "$only" ]; then
+    IFS=, read -r -a selected <<<"$only"
+    for s in "${selected[@]}"; do
+        [[ " ${SCENARIOS[*]} " == *" $s "* ]] || die "unknown scenario $s (one of: ${SCENARIOS[*]})"
+    done
+fi
+allocs=("${ALL_ALLOCATORS[@]}")
+if [ -n "$allocs_arg" ]; then
+    IFS=, read -r -a allocs <<<"$allocs_arg"
+    for a in "${allocs[@]}"; do alloc_lib "$a" >/dev/null || die "unknown allocator $a"; done
+fi
+
+out=${out:-$BENCH_DIR/results/$(date +%Y-%m-%d_%H%M%S)}
+mkdir -p "$out/raw"
+out=$(cd "$out" && pwd)
+q=()
+[ $quick = 1 ] && q=(--quick)
+
+log "== building"
+bench_build
+[ $build_lull = 1 ] && lull_build
+
+# Which allocators can run.
+avail=()
+: >"$out/allocators.txt"
+for a in "${allocs[@]}"; do
+    st=$(alloc_status "$a")
+    lib=$(alloc_lib "$a")
+    [ -n "$lib" ] && [ -e "$lib" ] && lib=$(readlink -f "$lib")
+    echo "$a $st ${lib:-}" >>"$out/allocators.txt"
+    if [ "$st" = ok ]; then avail+=("$a"); else log "note: $a is missing ($lib): its rows will say missing"; fi
+done
+[ ${#avail[@]} -gt 0 ] || die "no allocator to run"
+
+{
+    echo "date:       $(date -Is)"
+    echo "host:       $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+    echo "cpu:        $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
+    echo "thp:        $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo n/a)"
+    echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
+    echo "mode:       $([ $quick = 1 ] && echo quick || echo full), runs=$runs, redis runs=$redis_runs"
+    echo "peers:      $(dpkg-query -W -f '${Package} ${Version}; ' libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4 2>/dev/null || true)"
+    echo "glibc:      $(ldd --version | head -1)"
+    if git -C "$REPO_ROOT" rev-parse --short HEAD >/dev/null 2>&1; then
+        echo "commit:     $(git -C "$REPO_ROOT" rev-parse --short HEAD)"
+    fi
+} >"$out/machine.txt"
+
+# rotated LIST by R: the allocator order of repetition R
+rotated() {
+    local r=$1 n=${#avail[@]} i
+    for ((i = 0; i < n; i++)); do echo "${avail[$(((i + r - 1) % n))]}"; done
+}
+
+# run_one SCENARIO ALLOC RUN LABEL TIMEOUT MODE CMD...
+#   MODE preload: CMD runs with ALLOC preloaded; MODE self: CMD handles it.
+# Appends RESULT lines to SCENARIO.csv and the preload lines of each
+# scenario/allocator's first run to preload.txt.
+run_one() {
+    local sc=$1 a=$2 run=$3 label=$4 tmo=$5 mode=$6 rc=0
+    shift 6
+    local logf="$out/raw/${label}_${a}_r${run}.log"
+    local t0=$SECONDS
+    if [ "$mode" = preload ]; then
+        run_alloc "$a" timeout -k 10 "$tmo" "$@" >"$logf" 2>&1 || rc=$?
+    else
+        timeout -k 10 "$tmo" "$@" >"$logf" 2>&1 || rc=$?
+    fi
+    [ -f "$out/$sc.csv" ] || echo "allocator,run,metric,value,unit" >"$out/$sc.csv"
+    awk -v a="$a" -v r="$run" '$1 == "RESULT" {print a "," r "," $3 "," $4 "," $5}' "$logf" >>"$out/$sc.csv"
+    if ! grep -q "^$label $a:" "$out/preload.txt" 2>/dev/null; then
+        grep -E '^(INFO [a-z]+ preload_ok|ERROR)' "$logf" | grep -v vgpreload | sort -u |
+            sed -E "s/^INFO [a-z]+ /$label $a: /; s/^ERROR/$label $a: ERROR/" >>"$out/preload.txt" || true
+    fi
+    if [ $rc -ne 0 ] || grep -q '^ERROR' "$logf"; then
+        echo "$label $a run $run: exit $rc$([ $rc = 124 ] && echo ' (timeout)'): $(grep -m1 -E '^ERROR|rror' "$logf" || tail -1 "$logf")" >>"$out/errors.txt"
+        log "   $label $a r$run: FAILED (exit $rc), see raw/$(basename "$logf")"
+    else
+        log "   $label $a r$run: $((SECONDS - t0)) s"
+    fi
+}
+
+started=$SECONDS
+for sc in "${selected[@]}"; do
+    log "== $sc"
+    t_sc=$SECONDS
+    case $sc in
+    stall)
+        for ((r = 1; r <= runs; r++)); do
+            for a in $(rotated $r); do
+                run_one stall "$a" $r stall 300 preload "$(bench_bin stall)" "${q[@]}"
+            done
+        done
+        for a in "${avail[@]}"; do
+            run_one stall "$a" sys stall-syscalls 300 preload "$(bench_bin stall)" --count-syscalls "${q[@]}"
+        done
+        ;;
+    throughput)
+        for ((r = 1; r <= runs; r++)); do
+            for a in $(rotated $r); do
+                for m in st mt prodcons larson; do
+                    run_one throughput "$a" $r "throughput-$m" 300 preload \
+                        "$(bench_bin throughput)" --mode $m "${q[@]}"
+                done
+            done
+        done
+        ;;
+    callgrind)
+        for a in "${avail[@]}"; do
+            run_one callgrind "$a" 1 callgrind 900 self "$BENCH_DIR/callgrind.sh" "${q[@]}" "$a"
+        done
+        ;;
+    latency)
+        for ((r = 1; r <= runs; r++)); do
+            for a in $(rotated $r); do
+                run_one latency "$a" $r latency 300 preload "$(bench_bin latency)" "${q[@]}" \
+                    --cdf-csv "$out/raw/latency_cdf_${a}_r$r.csv" \
+                    --rss-csv "$out/raw/latency_rss_${a}_r$r.csv"
+            done
+        done
+        ;;
+    burst)
+        for ((r = 1; r <= runs; r++)); do
+            for a in $(rotated $r); do
+                run_one burst "$a" $r burst 600 preload "$(bench_bin burst)" "${q[@]}" \
+                    --bursts-csv "$out/raw/burst_bursts_${a}_r$r.csv" \
+                    --rss-csv "$out/raw/burst_rss_${a}_r$r.csv"
+            done
+        done
+        ;;
+    redis)
+        if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+            log "   redis-server or redis-benchmark not installed: skipped"
+            echo "redis: skipped, redis-server/redis-benchmark not installed" >>"$out/errors.txt"
+            continue
+        fi
+        for ((r = 1; r <= redis_runs; r++)); do
+            for a in $(rotated $r); do
+                run_one redis "$a" $r redis 900 self "$BENCH_DIR/redis.sh" "${q[@]}" "$a"
+            done
+        done
+        ;;
+    esac
+    echo "$sc: $((SECONDS - t_sc)) s" >>"$out/raw/timings.txt"
+done
+echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (at end); suite took $((SECONDS - started)) s" >>"$out/machine.txt"
+
+python3 "$BENCH_DIR/report.py" "$out" || log "warning: report.py failed"
+log ""
+log "results: $out"
+log "   summary: $out/results.md"
+[ -s "$out/errors.txt" ] && log "   errors:  $out/errors.txt ($(wc -l <"$out/errors.txt") lines)"
+exit 0
