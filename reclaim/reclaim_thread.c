@@ -257,6 +257,28 @@ failed:
                      : " (inline_purge=on purges on freeing threads)");
 }
 
+/* No reclaim thread: a huge malloc reuses a queued block that fits (first
+ * fit), so freed huge blocks do not pile up. The queue is taken whole and
+ * the others pushed back; request threads race only on the lock-free
+ * queue. */
+static lull_huge *huge_reuse(size_t size) {
+    if (atomic_load_explicit(&R.running, memory_order_relaxed)) return NULL;
+    lull_huge *list = lull_huge_queue_take_all(), *found = NULL;
+    while (list) {
+        lull_huge *h = list;
+        list = h->next;
+        size_t room = (size_t)((char *)h->map_base + h->map_len - ((char *)h + h->block_offset));
+        if (!found && h->block_offset == LULL_SLICE_SIZE && room >= size && room / 2 <= size) {
+            lull_huge_queue_forget_taken(h);
+            found = h;
+        } else {
+            lull_huge_queue_forget_taken(h);
+            lull_huge_queue_push(h);
+        }
+    }
+    return found;
+}
+
 void lull_reclaim_huge_push(lull_huge *h) {
     if (!atomic_load_explicit(&R.running, memory_order_relaxed) &&
         __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)) {
@@ -333,5 +355,6 @@ void lull_reclaim_register(void) {
         .fork_child = reclaim_fork_child,
     };
     lull_huge_release_hook = lull_reclaim_huge_push;
+    lull_huge_reuse_hook = huge_reuse;
     lull_register_module(&hooks);
 }

@@ -38,7 +38,7 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
         W.last_refault_ms = now;
         W.last_refaulted = refaulted;
     }
-    size_t bound = lull_config.warm_reserve_bytes >> LULL_SLICE_SHIFT;
+    size_t bound = __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> LULL_SLICE_SHIFT;
     bool active = W.last_refault_ms && (int32_t)(now - W.last_refault_ms) < LULL_WARM_IDLE_MS;
     size_t target = active ? (size_t)W.recent_refault_slices : 0;
     if (target > bound) target = bound;

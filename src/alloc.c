@@ -254,7 +254,7 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     if (kind == LULL_SPAN_SMALL) {
         lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_acquire);
         if (!owner) lull_fatal("free(): invalid pointer or double free of %p (span not in use)", p);
-        if (lull_config.strict_checks) check_in_span(p, span);
+        if (__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED)) check_in_span(p, span);
         remote_free(p, span, owner);
         return;
     }

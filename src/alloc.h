@@ -48,10 +48,15 @@ static inline void lull_free_inline(void *p) {
     lull_heap *h = lull_tl_heap;
     lull_block *b = p;
     if (__builtin_expect(atomic_load_explicit(&span->heap, memory_order_relaxed) == h, 1)) {
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+        /* -DLULL_NO_DOUBLE_FREE_CHECK compiles the local double-free check
+         * out: 8 instructions per free (callgrind, malloc(32)+free pair: 79
+         * with it, 71 without) */
         if (__builtin_expect(lull_block_looks_free(b), 0)) {
             lull_free_local_checked(b, span, h);
             return;
         }
+#endif
         lull_block_set_next(b, span->free);
         span->free = b;
         h->frees++;

@@ -90,14 +90,18 @@ static bool set_purge_delay(const char *v, size_t len) {
     if (word_is(v, len, "auto")) x = LULL_PURGE_DELAY_AUTO;
     else if (word_is(v, len, "never")) x = LULL_PURGE_DELAY_NEVER;
     else if (!parse_long(v, len, &x) || x < -2) return false;
-    lull_config.purge_delay_ms = x;
+    __atomic_store_n(&lull_config.purge_delay_ms, x, __ATOMIC_RELAXED);
     return true;
 }
+/* Keys that change at run time are stored atomically: the reclaim thread
+ * reads them on every tick. */
 static bool set_purge_mode(const char *v, size_t len) {
-    if (word_is(v, len, "auto")) lull_config.purge_mode = LULL_MODE_AUTO;
-    else if (word_is(v, len, "dontneed")) lull_config.purge_mode = LULL_MODE_DONTNEED;
-    else if (word_is(v, len, "free")) lull_config.purge_mode = LULL_MODE_FREE;
+    lull_purge_mode m;
+    if (word_is(v, len, "auto")) m = LULL_MODE_AUTO;
+    else if (word_is(v, len, "dontneed")) m = LULL_MODE_DONTNEED;
+    else if (word_is(v, len, "free")) m = LULL_MODE_FREE;
     else return false;
+    __atomic_store_n(&lull_config.purge_mode, m, __ATOMIC_RELAXED);
     return true;
 }
 static bool set_backend(const char *v, size_t len) {
@@ -159,17 +163,23 @@ static bool set_counter_page(const char *v, size_t len) {
     lull_config.counter_page_name[len + 1] = 0;
     return true;
 }
-static bool set_verbose(const char *v, size_t len) { return parse_bool(v, len, &lull_config.verbose); }
+static bool set_flag(bool *flag, const char *v, size_t len) {
+    bool b;
+    if (!parse_bool(v, len, &b)) return false;
+    __atomic_store_n(flag, b, __ATOMIC_RELAXED);
+    return true;
+}
+static bool set_verbose(const char *v, size_t len) { return set_flag(&lull_config.verbose, v, len); }
 static bool set_strict(const char *v, size_t len) {
-    return parse_bool(v, len, &lull_config.strict_checks);
+    return set_flag(&lull_config.strict_checks, v, len);
 }
 static bool set_inline_purge(const char *v, size_t len) {
-    return parse_bool(v, len, &lull_config.inline_purge);
+    return set_flag(&lull_config.inline_purge, v, len);
 }
 static bool set_warm(const char *v, size_t len) {
     long x;
     if (!parse_long(v, len, &x) || x < 0 || x > (1L << 20)) return false;
-    lull_config.warm_reserve_bytes = (size_t)x << 20;
+    __atomic_store_n(&lull_config.warm_reserve_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
     return true;
 }
 

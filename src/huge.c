@@ -25,6 +25,24 @@ static lull_huge_accounting *acct_of(const lull_huge *h) {
 #define ACCT_ADD(field, v) atomic_fetch_add_explicit(&a->field, (v), memory_order_relaxed)
 #define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
+lull_huge *(*lull_huge_reuse_hook)(size_t size);
+
+/* Take back a freed huge block whose mapping fits `size` (only when no
+ * reclaim thread gives them back: lull then reuses them instead). */
+static void *huge_reuse(size_t size, size_t alignment, bool *zeroed) {
+    if (!lull_huge_reuse_hook || alignment > LULL_SLICE_SIZE) return NULL;
+    lull_huge *h = lull_huge_reuse_hook(size);
+    if (!h) return NULL;
+    lull_huge_accounting *a = acct_of(h);
+    ACCT_SUB(freed, h->usable + h->block_offset);
+    ACCT_ADD(live, h->usable);
+    ACCT_ADD(metadata, h->block_offset);
+    h->size = size;
+    atomic_store_explicit(&h->freed, 0, memory_order_release);
+    *zeroed = false;
+    return (char *)h + h->block_offset;
+}
+
 /* The block starts a whole slice (or its alignment) after the header: the
  * span descriptors a free() of an interior pointer reads then lie in the
  * header's own untouched pages, never in the caller's data. */
@@ -33,6 +51,8 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
         errno = ENOMEM;
         return NULL;
     }
+    void *reused = huge_reuse(size, alignment, zeroed);
+    if (reused) return reused;
     size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
                     : alignment <= LULL_SEGMENT_SIZE ? alignment
                                                      : LULL_SEGMENT_SIZE;

@@ -24,6 +24,10 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size);
 /* Hand a freed huge block to whoever gives it back to the kernel (the
  * reclaim thread's queue; set by reclaim/). */
 extern void (*lull_huge_release_hook)(lull_huge *h);
+/* A freed huge block (block offset one slice) with room for `size`, taken
+ * off the reclaim queue, or NULL; set by reclaim/ while no reclaim thread
+ * runs. */
+extern lull_huge *(*lull_huge_reuse_hook)(size_t size);
 /* Unmap a huge block's mapping (only ever called by the reclaim thread, or
  * inline when configured and no reclaim thread runs). */
 void lull_huge_unmap(lull_huge *h);

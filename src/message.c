@@ -26,7 +26,7 @@ void lull_message(const char *fmt, ...) {
 }
 
 void lull_verbose(const char *fmt, ...) {
-    if (!lull_config.verbose) return;
+    if (!__atomic_load_n(&lull_config.verbose, __ATOMIC_RELAXED)) return;
     va_list ap;
     va_start(ap, fmt);
     write_message(fmt, ap);

@@ -2,7 +2,11 @@
 # Installs the dependencies, builds lull three ways and runs every test:
 #   build/        release build, lull replaces malloc (warnings are errors)
 #   build-asan/   lull_* API under AddressSanitizer + UBSan
-#   build-tsan/   lull_* API under ThreadSanitizer (LULL_TSAN=0 skips it)
+#   build-tsan/   lull_* API under ThreadSanitizer: the programs of tests/tsan/
+#                 (Criterion cannot start under TSan; LULL_TSAN=0 skips it)
+#   build-fuzz/   clang + libFuzzer: tests/fuzz/regress/ inputs, then a fuzz run
+#                 of LULL_FUZZ_SECONDS (60) from tests/fuzz/corpus/ (LULL_FUZZ=0
+#                 skips it)
 # Exit status is non-zero if any test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +28,32 @@ run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DLULL_OVERRIDE=OFF -DLULL_BENCH=OFF \
   -DLULL_SANITIZE=address,undefined
 if [ "${LULL_TSAN:-1}" = 1 ]; then
+  # -Wno-error=tsan: gcc warns that TSan does not model atomic_thread_fence
+  # (src/counter_page.c, include/lull/counters.h); every access those fences
+  # order is atomic
   run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_OVERRIDE=OFF -DLULL_BENCH=OFF \
-    -DLULL_SANITIZE=thread
+    -DLULL_SANITIZE=thread -DCMAKE_C_FLAGS=-Wno-error=tsan
+fi
+
+if [ "${LULL_FUZZ:-1}" = 1 ]; then
+  secs=${LULL_FUZZ_SECONDS:-60}
+  echo "== build build-fuzz (clang, libFuzzer)"
+  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLULL_WERROR=ON -DLULL_OVERRIDE=OFF -DLULL_BENCH=OFF -DLULL_FUZZ=ON \
+    -DLULL_FUZZ_SECONDS="$secs" >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target fuzz_alloc >/dev/null
+  echo "== fuzz: regression inputs (tests/fuzz/regress/)"
+  if ! build-fuzz/tests/fuzz/fuzz_alloc tests/fuzz/regress/* >build-fuzz/regress.log 2>&1; then
+    grep -E "^(lull|fuzz_alloc):|Running:|SUMMARY" build-fuzz/regress.log || tail -20 build-fuzz/regress.log
+    status=1
+  fi
+  echo "== fuzz: ${secs} s from tests/fuzz/corpus/"
+  if cmake --build build-fuzz --target fuzz_smoke >build-fuzz/fuzz.log 2>&1; then
+    grep -E "^(stat::|Done)" build-fuzz/fuzz.log || true
+  else
+    grep -E "^(lull|fuzz_alloc):|SUMMARY|Test unit written|^stat::" build-fuzz/fuzz.log ||
+      tail -30 build-fuzz/fuzz.log
+    status=1
+  fi
 fi
 exit $status

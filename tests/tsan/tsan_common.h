@@ -1,0 +1,168 @@
+/* Shared helpers of the ThreadSanitizer programs (tests/tsan/tsan_*.c). They are
+ * plain programs, not Criterion tests: Criterion cannot start under TSan on
+ * the development machine. Each program exits 0 when every check passed, 1
+ * when a check failed; a TSan report makes the process exit with
+ * TSAN_OPTIONS' exitcode (66 as ctest runs them). */
+#ifndef LULL_TSAN_COMMON_H
+#define LULL_TSAN_COMMON_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "lull.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static atomic_int tsan_failures;
+
+/* A failed check: report it and remember; the program exits 1 at the end. */
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) tsan_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                            \
+    } while (0)
+
+__attribute__((format(printf, 4, 5), unused)) static void
+tsan_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, cond, msg);
+    /* the first few failures are enough to debug; do not flood */
+    if (atomic_fetch_add(&tsan_failures, 1) > 20) _exit(1);
+}
+
+__attribute__((unused)) static int tsan_finish(const char *name) {
+    int f = atomic_load(&tsan_failures);
+    if (f)
+        fprintf(stderr, "%s: %d check(s) failed\n", name, f);
+    else
+        printf("%s: ok\n", name);
+    return f ? 1 : 0;
+}
+
+/* xorshift64*: one per thread */
+static inline uint64_t rng_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* A content pattern: the first 256 bytes, one byte in every 4 KiB page and
+ * the last byte (every page written, so a purge of a live block is seen;
+ * cheap enough for multi-MiB blocks under TSan). */
+static inline uint8_t pat_byte(const void *p, uint64_t seed, size_t off) {
+    return (uint8_t)mix64((uintptr_t)p ^ seed ^ (off * 0x9E3779B97F4A7C15ULL));
+}
+
+__attribute__((unused)) static void pat_fill(void *p, size_t size, uint64_t seed) {
+    uint8_t *b = p;
+    size_t head = size < 256 ? size : 256;
+    for (size_t i = 0; i < head; i++)
+        b[i] = pat_byte(p, seed, i);
+    for (size_t off = 4096; off < size; off += 4096)
+        b[off] = pat_byte(p, seed, off);
+    if (size) b[size - 1] = pat_byte(p, seed, size - 1);
+}
+
+__attribute__((unused)) static bool pat_check(const void *p, size_t size, uint64_t seed) {
+    const uint8_t *b = p;
+    size_t head = size < 256 ? size : 256;
+    for (size_t i = 0; i < head; i++)
+        if (b[i] != pat_byte(p, seed, i)) return false;
+    for (size_t off = 4096; off < size; off += 4096)
+        if (b[off] != pat_byte(p, seed, off)) return false;
+    if (size && b[size - 1] != pat_byte(p, seed, size - 1)) return false;
+    return true;
+}
+
+/* A block handed between threads. */
+typedef struct {
+    void *p;
+    size_t size;
+    uint64_t seed;
+} tsan_item;
+
+/* Single-producer single-consumer ring. The producer re-reads the
+ * consumer's position only when the ring looks full, and the consumer frees
+ * a block only after publishing that it took it: the ring itself orders
+ * little, so a missing happens-before inside lull (a remote free against
+ * the owner's reuse of the block) is still visible to TSan. */
+#define SPSC_SLOTS 1024
+typedef struct {
+    tsan_item slot[SPSC_SLOTS];
+    _Atomic size_t head, tail; /* consumer reads at head, producer writes at tail */
+    size_t cached_head;        /* producer's */
+    _Atomic bool closed;
+} spsc;
+
+__attribute__((unused)) static bool spsc_push(spsc *q, tsan_item it) {
+    size_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
+    if (t - q->cached_head == SPSC_SLOTS) {
+        q->cached_head = atomic_load_explicit(&q->head, memory_order_acquire);
+        if (t - q->cached_head == SPSC_SLOTS) return false;
+    }
+    q->slot[t % SPSC_SLOTS] = it;
+    atomic_store_explicit(&q->tail, t + 1, memory_order_release);
+    return true;
+}
+
+__attribute__((unused)) static bool spsc_pop(spsc *q, tsan_item *out) {
+    size_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
+    if (h == atomic_load_explicit(&q->tail, memory_order_acquire)) return false;
+    *out = q->slot[h % SPSC_SLOTS];
+    atomic_store_explicit(&q->head, h + 1, memory_order_release);
+    return true;
+}
+
+static inline double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Resident set size of this process, bytes (from /proc/self/statm). */
+__attribute__((unused)) static size_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long size = 0, res = 0;
+    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
+    fclose(f);
+    return (size_t)res * 4096;
+}
+
+__attribute__((unused)) static void start_thread(pthread_t *t, void *(*fn)(void *), void *arg) {
+    int err = pthread_create(t, NULL, fn, arg);
+    if (err) {
+        fprintf(stderr, "pthread_create: %s\n", strerror(err));
+        exit(1);
+    }
+}
+
+#endif
