@@ -12,7 +12,7 @@ lull_policy lull_the_policy = {.delay_ms = LULL_POLICY_DEFAULT_MS, .mode = MADV_
 
 unsigned lull_policy_bucket(uint32_t ms) {
     if (ms < 1) return 0;
-    unsigned e = 31u - (unsigned)__builtin_clz(ms);               /* 2^e <= ms */
+    unsigned e = 31u - (unsigned)__builtin_clz(ms);                    /* 2^e <= ms */
     unsigned q = e >= 2 ? (ms >> (e - 2)) & 3u : (ms << (2 - e)) & 3u; /* quarter */
     unsigned b = 1 + e * 4 + q;
     return b < LULL_POLICY_BUCKETS ? b : LULL_POLICY_BUCKETS - 1;
@@ -42,7 +42,9 @@ void lull_policy_record_purge(lull_policy *p, uint32_t slices) {
     atomic_fetch_add_explicit(&p->purged_slices, slices, memory_order_relaxed);
 }
 
-void lull_policy_set_memory_short(lull_policy *p, bool is_short) { p->memory_short = is_short; }
+void lull_policy_set_memory_short(lull_policy *p, bool is_short) {
+    p->memory_short = is_short;
+}
 
 static void recompute(lull_policy *p) {
     uint64_t h[LULL_POLICY_BUCKETS], total = 0;
@@ -50,7 +52,8 @@ static void recompute(lull_policy *p) {
         h[b] = atomic_load_explicit(&p->reuse[b], memory_order_relaxed);
         total += h[b];
         /* age the samples: a cadence that changes is followed */
-        if (h[b]) atomic_fetch_sub_explicit(&p->reuse[b], h[b] - h[b] * 7 / 8, memory_order_relaxed);
+        if (h[b])
+            atomic_fetch_sub_explicit(&p->reuse[b], h[b] - h[b] * 7 / 8, memory_order_relaxed);
     }
     if (total >= LULL_POLICY_MIN_SAMPLES) {
         uint64_t want = total - total / 10, acc = 0; /* the 90th percentile */
@@ -62,7 +65,8 @@ static void recompute(lull_policy *p) {
         if (target > LULL_POLICY_MAX_MS) target = LULL_POLICY_MAX_MS;
         long diff = target - p->delay_ms;
         if (diff < 0) diff = -diff;
-        if (diff * 10 > p->delay_ms) p->delay_ms = target; /* 10 % hysteresis */
+        /* 10 % hysteresis; atomic: lull_stats() reads it on any thread */
+        if (diff * 10 > p->delay_ms) __atomic_store_n(&p->delay_ms, target, __ATOMIC_RELAXED);
     }
     /* the mode: are purges being wasted right now? */
     uint64_t refaulted = atomic_load_explicit(&p->refaulted_slices, memory_order_relaxed);
@@ -86,7 +90,9 @@ long lull_policy_delay(lull_policy *p, uint32_t now_ms) {
     return p->delay_ms;
 }
 
-int lull_policy_mode(lull_policy *p) { return p->mode; }
+int lull_policy_mode(lull_policy *p) {
+    return p->mode;
+}
 
 void lull_policy_reset(lull_policy *p) {
     memset(p, 0, sizeof *p);

@@ -44,8 +44,8 @@ static struct {
     /* Set (release) once the thread has opened its backend and refault
      * monitor: only then may other threads read their state. */
     _Atomic bool started;
-    purge_backend backend;        /* the reclaim thread's alone */
-    lull_reclaim_stats stats;     /* written by the reclaim thread, read relaxed */
+    purge_backend backend;    /* the reclaim thread's alone */
+    lull_reclaim_stats stats; /* written by the reclaim thread, read relaxed */
 } R;
 
 /* Hooks for the modules that ride on the tick (refault monitor, counter
@@ -62,15 +62,19 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 long lull_reclaim_effective_delay(void) {
     long d = __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
     if (d != LULL_PURGE_DELAY_AUTO) return d;
-    return lull_the_policy.delay_ms;
+    /* any thread (lull_stats); the reclaim thread's policy writes it */
+    return __atomic_load_n(&lull_the_policy.delay_ms, __ATOMIC_RELAXED);
 }
 
 static int effective_advice(void) {
     /* lull_configure() may change it on another thread */
     switch (__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)) {
-    case LULL_MODE_FREE: return MADV_FREE;
-    case LULL_MODE_DONTNEED: return MADV_DONTNEED;
-    default: return lull_policy_mode(&lull_the_policy);
+    case LULL_MODE_FREE:
+        return MADV_FREE;
+    case LULL_MODE_DONTNEED:
+        return MADV_DONTNEED;
+    default:
+        return lull_policy_mode(&lull_the_policy);
     }
 }
 
@@ -216,7 +220,8 @@ static void *reclaim_main(void *arg) {
         bool work = tick();
         atomic_store_explicit(&R.done_seq, req, memory_order_release);
         futex(&R.done_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
-        sleep_ms = work ? BUSY_TICK_MS : (sleep_ms * 2 > IDLE_TICK_MS ? IDLE_TICK_MS : sleep_ms * 2);
+        sleep_ms =
+            work ? BUSY_TICK_MS : (sleep_ms * 2 > IDLE_TICK_MS ? IDLE_TICK_MS : sleep_ms * 2);
         if (atomic_load_explicit(&R.request_seq, memory_order_acquire) != req) continue;
         struct timespec t = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L};
         futex(&R.request_seq, FUTEX_WAIT_PRIVATE, req, &t);

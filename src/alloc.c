@@ -102,7 +102,9 @@ static lull_span *class_refill(lull_heap *h, unsigned c) {
 
 static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
     size_t pad = alignment > LULL_SLICE_SIZE ? alignment - LULL_SLICE_SIZE : 0;
-    size_t slices = (size + pad + LULL_SLICE_SIZE - 1) >> LULL_SLICE_SHIFT;
+    /* at least one byte past the alignment pad: a 0-byte block must still lie
+     * inside its span */
+    size_t slices = ((size ? size : 1) + pad + LULL_SLICE_SIZE - 1) >> LULL_SLICE_SHIFT;
     bool zeroed;
     follow_home_node(h);
     lull_span *s = lull_arena_alloc_span(h->arena, (unsigned)slices, &zeroed);
@@ -129,7 +131,8 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
     if (size <= LULL_SMALL_MAX && alignment <= LULL_SLICE_SIZE) {
         size_t asked = size < alignment ? alignment : size;
         unsigned c = lull_class_of(asked);
-        while (c < lull_class_count && lull_classes[c].block_size % alignment) c++;
+        while (c < lull_class_count && lull_classes[c].block_size % alignment)
+            c++;
         if (c < lull_class_count) {
             lull_span *s = h->current[c];
             if (!s->free && !(s = class_refill(h, c))) goto oom;
@@ -197,8 +200,9 @@ _Atomic uint64_t lull_other_frees;
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
     uint32_t limit = span->capacity;
     for (lull_block *f = span->free; f && limit--; f = lull_block_next(f))
-        if (f == b) lull_fatal("free(): double free of %p (block of %u bytes)", (void *)b,
-                               span->block_size);
+        if (f == b)
+            lull_fatal("free(): double free of %p (block of %u bytes)", (void *)b,
+                       span->block_size);
     lull_block_set_next(b, span->free);
     span->free = b;
     h->frees++;
@@ -210,8 +214,7 @@ void lull_free_local_tail(lull_heap *h, lull_span *span) {
         lull_heap_queue_remove(&h->full, span);
         span->in_full = 0;
         lull_heap_queue_push_front(&h->queue[span->size_class], span);
-        if (h->current[span->size_class] == &lull_span_empty ||
-            !h->current[span->size_class]->free)
+        if (h->current[span->size_class] == &lull_span_empty || !h->current[span->size_class]->free)
             h->current[span->size_class] = span;
     }
     if (span->used == 0) lull_heap_span_empty(h, span);

@@ -25,7 +25,9 @@ static bool started;
  * read before the environment, which wins. Like jemalloc's malloc_conf. */
 extern const char *lull_conf __attribute__((weak));
 
-void lull_config_mark_started(void) { started = true; }
+void lull_config_mark_started(void) {
+    started = true;
+}
 
 typedef bool (*setter)(const char *v, size_t len);
 
@@ -63,16 +65,19 @@ static bool parse_list(const char *v, size_t len, void (*set)(unsigned, void *),
     while (i < len) {
         if (!isdigit((unsigned char)v[i])) return false;
         unsigned a = 0, b;
-        while (i < len && isdigit((unsigned char)v[i])) a = a * 10 + (unsigned)(v[i++] - '0');
+        while (i < len && isdigit((unsigned char)v[i]))
+            a = a * 10 + (unsigned)(v[i++] - '0');
         b = a;
         if (i < len && v[i] == '-') {
             i++;
             if (i >= len || !isdigit((unsigned char)v[i])) return false;
             b = 0;
-            while (i < len && isdigit((unsigned char)v[i])) b = b * 10 + (unsigned)(v[i++] - '0');
+            while (i < len && isdigit((unsigned char)v[i]))
+                b = b * 10 + (unsigned)(v[i++] - '0');
         }
         if (b < a || b >= limit) return false;
-        for (unsigned x = a; x <= b; x++) set(x, arg);
+        for (unsigned x = a; x <= b; x++)
+            set(x, arg);
         any = true;
         if (i < len) {
             if (v[i] != ':' && v[i] != '+' && v[i] != ',') return false;
@@ -82,14 +87,21 @@ static bool parse_list(const char *v, size_t len, void (*set)(unsigned, void *),
     return any;
 }
 
-static void set_cpu(unsigned cpu, void *arg) { CPU_SET(cpu, (cpu_set_t *)arg); }
-static void set_node(unsigned node, void *arg) { *(uint64_t *)arg |= (uint64_t)1 << node; }
+static void set_cpu(unsigned cpu, void *arg) {
+    CPU_SET(cpu, (cpu_set_t *)arg);
+}
+static void set_node(unsigned node, void *arg) {
+    *(uint64_t *)arg |= (uint64_t)1 << node;
+}
 
 static bool set_purge_delay(const char *v, size_t len) {
     long x;
-    if (word_is(v, len, "auto")) x = LULL_PURGE_DELAY_AUTO;
-    else if (word_is(v, len, "never")) x = LULL_PURGE_DELAY_NEVER;
-    else if (!parse_long(v, len, &x) || x < -2) return false;
+    if (word_is(v, len, "auto"))
+        x = LULL_PURGE_DELAY_AUTO;
+    else if (word_is(v, len, "never"))
+        x = LULL_PURGE_DELAY_NEVER;
+    else if (!parse_long(v, len, &x) || x < -2)
+        return false;
     __atomic_store_n(&lull_config.purge_delay_ms, x, __ATOMIC_RELAXED);
     return true;
 }
@@ -97,28 +109,38 @@ static bool set_purge_delay(const char *v, size_t len) {
  * reads them on every tick. */
 static bool set_purge_mode(const char *v, size_t len) {
     lull_purge_mode m;
-    if (word_is(v, len, "auto")) m = LULL_MODE_AUTO;
-    else if (word_is(v, len, "dontneed")) m = LULL_MODE_DONTNEED;
-    else if (word_is(v, len, "free")) m = LULL_MODE_FREE;
-    else return false;
+    if (word_is(v, len, "auto"))
+        m = LULL_MODE_AUTO;
+    else if (word_is(v, len, "dontneed"))
+        m = LULL_MODE_DONTNEED;
+    else if (word_is(v, len, "free"))
+        m = LULL_MODE_FREE;
+    else
+        return false;
     __atomic_store_n(&lull_config.purge_mode, m, __ATOMIC_RELAXED);
     return true;
 }
 static bool set_backend(const char *v, size_t len) {
-    if (word_is(v, len, "auto")) lull_config.backend = LULL_BACKEND_AUTO;
-    else if (word_is(v, len, "uring")) lull_config.backend = LULL_BACKEND_URING;
+    if (word_is(v, len, "auto"))
+        lull_config.backend = LULL_BACKEND_AUTO;
+    else if (word_is(v, len, "uring"))
+        lull_config.backend = LULL_BACKEND_URING;
     else if (word_is(v, len, "process_madvise"))
         lull_config.backend = LULL_BACKEND_PROCESS_MADVISE;
     else if (word_is(v, len, "madvise") || word_is(v, len, "syscall"))
         lull_config.backend = LULL_BACKEND_MADVISE;
-    else return false;
+    else
+        return false;
     return true;
 }
 static bool set_switch(lull_switch *out, const char *v, size_t len) {
     bool b;
-    if (word_is(v, len, "auto")) *out = LULL_SWITCH_AUTO;
-    else if (parse_bool(v, len, &b)) *out = b ? LULL_SWITCH_ON : LULL_SWITCH_OFF;
-    else return false;
+    if (word_is(v, len, "auto"))
+        *out = LULL_SWITCH_AUTO;
+    else if (parse_bool(v, len, &b))
+        *out = b ? LULL_SWITCH_ON : LULL_SWITCH_OFF;
+    else
+        return false;
     return true;
 }
 static bool set_refault(const char *v, size_t len) {
@@ -133,11 +155,16 @@ static bool set_reclaim_cpu(const char *v, size_t len) {
     return true;
 }
 static bool set_numa(const char *v, size_t len) {
-    if (word_is(v, len, "local")) lull_config.numa = LULL_NUMA_LOCAL;
-    else if (word_is(v, len, "interleave")) lull_config.numa = LULL_NUMA_INTERLEAVE;
-    else if (word_is(v, len, "bind")) lull_config.numa = LULL_NUMA_BIND;
-    else if (word_is(v, len, "off")) lull_config.numa = LULL_NUMA_OFF;
-    else return false;
+    if (word_is(v, len, "local"))
+        lull_config.numa = LULL_NUMA_LOCAL;
+    else if (word_is(v, len, "interleave"))
+        lull_config.numa = LULL_NUMA_INTERLEAVE;
+    else if (word_is(v, len, "bind"))
+        lull_config.numa = LULL_NUMA_BIND;
+    else if (word_is(v, len, "off"))
+        lull_config.numa = LULL_NUMA_OFF;
+    else
+        return false;
     return true;
 }
 static bool set_numa_nodes(const char *v, size_t len) {
@@ -169,7 +196,9 @@ static bool set_flag(bool *flag, const char *v, size_t len) {
     __atomic_store_n(flag, b, __ATOMIC_RELAXED);
     return true;
 }
-static bool set_verbose(const char *v, size_t len) { return set_flag(&lull_config.verbose, v, len); }
+static bool set_verbose(const char *v, size_t len) {
+    return set_flag(&lull_config.verbose, v, len);
+}
 static bool set_strict(const char *v, size_t len) {
     return set_flag(&lull_config.strict_checks, v, len);
 }
@@ -230,8 +259,10 @@ static void load_list(const char *conf, const char *origin) {
     while (conf && *conf) {
         size_t len = strcspn(conf, ",");
         const char *eq = memchr(conf, '=', len);
-        if (eq) set_one(conf, (size_t)(eq - conf), eq + 1, len - (size_t)(eq - conf) - 1, origin);
-        else if (len) lull_message("%s: '%.*s' is not key=value; ignored", origin, (int)len, conf);
+        if (eq)
+            set_one(conf, (size_t)(eq - conf), eq + 1, len - (size_t)(eq - conf) - 1, origin);
+        else if (len)
+            lull_message("%s: '%.*s' is not key=value; ignored", origin, (int)len, conf);
         conf += len;
         if (*conf == ',') conf++;
     }
@@ -259,20 +290,27 @@ size_t lull_config_format(char *buf, size_t len) {
     static const char *switches[] = {"auto", "on", "off"};
     static const char *numas[] = {"local", "interleave", "bind", "off"};
     char delay[24];
-    if (lull_config.purge_delay_ms == LULL_PURGE_DELAY_AUTO) snprintf(delay, sizeof delay, "auto");
-    else snprintf(delay, sizeof delay, "%ld", lull_config.purge_delay_ms);
-    int n = snprintf(buf, len,
-                     "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
-                     "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
-                     "inline_purge=%d,reclaim_cpu=%s",
-                     delay, modes[lull_config.purge_mode], backends[lull_config.backend],
-                     switches[lull_config.refault_monitor], numas[lull_config.numa],
-                     lull_config.counter_page ? (lull_config.counter_page_name[0]
-                                                     ? lull_config.counter_page_name + 1
-                                                     : "on")
-                                              : "off",
-                     lull_config.verbose, lull_config.strict_checks,
-                     lull_config.warm_reserve_bytes >> 20, lull_config.inline_purge,
-                     lull_config.reclaim_cpus_set ? "set" : "any");
+    /* the run-time keys may change on another thread meanwhile */
+    long d = __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
+    if (d == LULL_PURGE_DELAY_AUTO)
+        snprintf(delay, sizeof delay, "auto");
+    else
+        snprintf(delay, sizeof delay, "%ld", d);
+    int n =
+        snprintf(buf, len,
+                 "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
+                 "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
+                 "inline_purge=%d,reclaim_cpu=%s",
+                 delay, modes[__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)],
+                 backends[lull_config.backend], switches[lull_config.refault_monitor],
+                 numas[lull_config.numa],
+                 lull_config.counter_page
+                     ? (lull_config.counter_page_name[0] ? lull_config.counter_page_name + 1 : "on")
+                     : "off",
+                 __atomic_load_n(&lull_config.verbose, __ATOMIC_RELAXED),
+                 __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED),
+                 __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> 20,
+                 __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED),
+                 lull_config.reclaim_cpus_set ? "set" : "any");
     return n < 0 ? 0 : (size_t)n;
 }

@@ -11,9 +11,13 @@
 
 void *lull_calloc_generic(size_t size);
 
-LULL_EXPORT void *lull_malloc(size_t size) { return lull_malloc_inline(size); }
+LULL_EXPORT void *lull_malloc(size_t size) {
+    return lull_malloc_inline(size);
+}
 
-LULL_EXPORT void lull_free(void *p) { lull_free_inline(p); }
+LULL_EXPORT void lull_free(void *p) {
+    lull_free_inline(p);
+}
 
 LULL_EXPORT void *lull_calloc(size_t count, size_t size) {
     size_t total;
@@ -79,7 +83,9 @@ LULL_EXPORT void *lull_reallocarray(void *p, size_t count, size_t size) {
     return lull_realloc(p, total);
 }
 
-static bool power_of_two(size_t x) { return x && !(x & (x - 1)); }
+static bool power_of_two(size_t x) {
+    return x && !(x & (x - 1));
+}
 
 LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) {
     if (!power_of_two(alignment)) {
@@ -112,8 +118,11 @@ static void check_size(void *p, size_t alignment, size_t size) {
     if (span->kind != LULL_SPAN_SMALL) return;
     size_t asked = size < alignment ? alignment : size;
     unsigned c = lull_class_of(asked);
-    while (c < lull_class_count && lull_classes[c].block_size % alignment) c++;
-    if (c != span->size_class)
+    while (c < lull_class_count && lull_classes[c].block_size % alignment)
+        c++;
+    /* a shrinking realloc keeps the block when the new size is at least
+     * half of it (lull_realloc): free_sized() then gets that size */
+    if (c != span->size_class && size < usable / 2)
         lull_fatal("free_sized(): size %zu does not match block %p of %u bytes", size, p,
                    span->block_size);
 }
@@ -130,7 +139,9 @@ LULL_EXPORT void lull_free_aligned_sized(void *p, size_t alignment, size_t size)
     lull_free_inline(p);
 }
 
-LULL_EXPORT const char *lull_version(void) { return LULL_VERSION_STRING; }
+LULL_EXPORT const char *lull_version(void) {
+    return LULL_VERSION_STRING;
+}
 
 #ifdef LULL_OVERRIDE
 #define EXPORT_AS(name) __attribute__((visibility("default"), alias(#name)))
@@ -158,13 +169,16 @@ LULL_EXPORT void *memalign(size_t alignment, size_t size) {
     /* glibc's memalign accepts any alignment and rounds it up */
     if (!power_of_two(alignment)) {
         size_t a = 1;
-        while (a < alignment) a <<= 1;
+        while (a < alignment)
+            a <<= 1;
         alignment = a;
     }
     return lull_aligned_alloc(alignment, size);
 }
 
-LULL_EXPORT void *valloc(size_t size) { return lull_aligned_alloc(LULL_PAGE_SIZE, size); }
+LULL_EXPORT void *valloc(size_t size) {
+    return lull_aligned_alloc(LULL_PAGE_SIZE, size);
+}
 
 LULL_EXPORT void *pvalloc(size_t size) {
     size_t rounded;

@@ -21,9 +21,13 @@ static _Atomic uintptr_t next_segment_hint;
  * touched; counted by the statistics as purged. */
 _Atomic uint64_t lull_os_slack_bytes;
 
-size_t lull_os_page_size(void) { return LULL_PAGE_SIZE; }
+size_t lull_os_page_size(void) {
+    return LULL_PAGE_SIZE;
+}
 
-static uintptr_t align_up(uintptr_t x, size_t a) { return (x + a - 1) & ~(uintptr_t)(a - 1); }
+static uintptr_t align_up(uintptr_t x, size_t a) {
+    return (x + a - 1) & ~(uintptr_t)(a - 1);
+}
 
 void lull_os_init(void) {
     if (atomic_load(&next_segment_hint)) return;
@@ -34,9 +38,16 @@ void lull_os_init(void) {
     uintptr_t start = (uintptr_t)0x200000000000ULL; /* 32 TiB */
     if (p != MAP_FAILED) {
         munmap(p, probe_len); /* start-up only, before any request thread exists */
+#if defined(__SANITIZE_THREAD__)
+        /* ThreadSanitizer allows application memory only close below the
+         * mmap base: a hint further down is rewritten to address 0 */
+        uintptr_t tib = (uintptr_t)1 << 36;
+#else
         uintptr_t tib = (uintptr_t)1 << 40;
-        if ((uintptr_t)p > start + tib) start = (uintptr_t)p - tib; /* 1 TiB under mmap_base */
-        else if ((uintptr_t)p < start) /* a small address space (valgrind, 39-bit VA) */
+#endif
+        if ((uintptr_t)p > start + tib)
+            start = (uintptr_t)p - tib; /* under mmap_base */
+        else if ((uintptr_t)p < start)  /* a small address space (valgrind, 39-bit VA) */
             start = (uintptr_t)p + ((uintptr_t)1 << 36);
     }
     uintptr_t expected = 0;
@@ -83,8 +94,8 @@ void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {
         errno = ENOMEM;
         return NULL;
     }
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void *p =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         errno = ENOMEM;
         return NULL;
