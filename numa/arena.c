@@ -62,7 +62,8 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
         uint32_t freed = atomic_load_explicit(&s->freed_ms[i], memory_order_relaxed);
         uint32_t purged = atomic_load_explicit(&s->purged_ms[i], memory_order_relaxed);
         unsigned j = i + 1;
-        while (j < first + n && atomic_load_explicit(&s->freed_ms[j], memory_order_relaxed) == freed &&
+        while (j < first + n &&
+               atomic_load_explicit(&s->freed_ms[j], memory_order_relaxed) == freed &&
                (atomic_load_explicit(&s->purged_ms[j], memory_order_relaxed) != 0) == (purged != 0))
             j++;
         /* the refault monitor looks at which of its pages come back; not for
@@ -231,6 +232,28 @@ static size_t emit_runs(lull_segment *s, unsigned w, uint64_t bits, lull_slice_r
     return n;
 }
 
+/* The one claim of the reclaim side: atomically take the `want` bits of
+ * word w out of `from` (a request thread may have taken some meanwhile:
+ * those are not ours), mark them PURGING and emit them as runs into out;
+ * bits that do not fit in out go back to `from`. Returns the runs emitted
+ * and, in *emitted, their bits. */
+static size_t claim_word(lull_segment *s, unsigned w, _Atomic uint64_t *from, uint64_t want,
+                         lull_slice_run *out, size_t max, uint64_t *emitted) {
+    *emitted = 0;
+    uint64_t got = atomic_fetch_and_explicit(&from[w], ~want, memory_order_acq_rel) & want;
+    if (!got) return 0;
+    atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
+    size_t n = emit_runs(s, w, got, out, max);
+    for (size_t i = 0; i < n; i++)
+        *emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
+    uint64_t left = got & ~*emitted;
+    if (left) {
+        atomic_fetch_or(&from[w], left);
+        atomic_fetch_and(&s->maps.purging[w], ~left);
+    }
+    return n;
+}
+
 size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
                               size_t max, size_t max_bytes) {
     size_t n = 0, bytes = 0;
@@ -246,24 +269,9 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
                 if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
             }
             if (!old_enough) continue;
-            /* the claim: whatever a request thread took meanwhile is not ours */
-            uint64_t got = atomic_fetch_and_explicit(&s->maps.dirty[w], ~old_enough,
-                                                     memory_order_acq_rel) &
-                           old_enough;
-            if (!got) continue;
-            atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
-            size_t before = n;
-            n += emit_runs(s, w, got, out + n, max - n);
-            for (size_t i = before; i < n; i++) bytes += (size_t)out[i].count * LULL_SLICE_SIZE;
-            /* runs that did not fit in `out`: give them back as dirty */
-            uint64_t emitted = 0;
-            for (size_t i = before; i < n; i++)
-                emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
-            uint64_t left = got & ~emitted;
-            if (left) {
-                atomic_fetch_and(&s->maps.purging[w], ~left);
-                atomic_fetch_or(&s->maps.dirty[w], left);
-            }
+            uint64_t emitted;
+            n += claim_word(s, w, s->maps.dirty, old_enough, out + n, max - n, &emitted);
+            bytes += (size_t)__builtin_popcountll(emitted) * LULL_SLICE_SIZE;
         }
     }
     return n;
@@ -301,27 +309,19 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
                 if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
             }
             if (!old) continue;
-            /* the same claim as for dirty slices, from the clean map */
-            uint64_t got = atomic_fetch_and_explicit(&s->maps.clean[w], ~old, memory_order_acq_rel) & old;
-            if (!got) continue;
-            atomic_fetch_and(&s->maps.lazy[w], ~got);
-            atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
-            size_t before = n;
-            n += emit_runs(s, w, got, out + n, max - n);
-            uint64_t emitted = 0;
-            for (size_t i = before; i < n; i++) emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
-            uint64_t left = got & ~emitted;
-            if (left) { /* did not fit: back to clean (still lazy) */
-                atomic_fetch_or(&s->maps.lazy[w], left);
-                atomic_fetch_or(&s->maps.clean[w], left);
-                atomic_fetch_and(&s->maps.purging[w], ~left);
-            }
+            /* the same claim as for dirty slices, from the clean map; what is
+             * re-purged is lazy no more */
+            uint64_t emitted;
+            n += claim_word(s, w, s->maps.clean, old, out + n, max - n, &emitted);
+            if (emitted) atomic_fetch_and(&s->maps.lazy[w], ~emitted);
         }
     }
     return n;
 }
 
-void lull_arena_purge_failed(const lull_slice_run *r) { run_move(r, r->segment->maps.dirty, NULL); }
+void lull_arena_purge_failed(const lull_slice_run *r) {
+    run_move(r, r->segment->maps.dirty, NULL);
+}
 
 void lull_arenas_after_fork_child(void) {
     for (int i = 0; i < LULL_MAX_NODES; i++) {
@@ -351,29 +351,23 @@ static size_t take_runs(lull_arena *a, _Atomic uint64_t *(*map_of)(lull_segment 
             while (want && (size_t)__builtin_popcountll(want) > max_slices - slices)
                 want &= ~((uint64_t)1 << (63 - __builtin_clzll(want))); /* drop the highest */
             if (!want) continue;
-            uint64_t got = atomic_fetch_and_explicit(&map[w], ~want, memory_order_acq_rel) & want;
-            if (!got) continue;
-            atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
-            size_t before = n;
-            n += emit_runs(s, w, got, out + n, max - n);
-            uint64_t emitted = 0;
-            for (size_t i = before; i < n; i++) {
-                emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
-                slices += out[i].count;
-            }
-            uint64_t left = got & ~emitted;
-            if (left) {
-                atomic_fetch_or(&map[w], left);
-                atomic_fetch_and(&s->maps.purging[w], ~left);
-            }
+            uint64_t emitted;
+            n += claim_word(s, w, map, want, out + n, max - n, &emitted);
+            slices += (size_t)__builtin_popcountll(emitted);
         }
     }
     return n;
 }
 
-static _Atomic uint64_t *clean_map(lull_segment *s) { return s->maps.clean; }
-static _Atomic uint64_t *lazy_map(lull_segment *s) { return s->maps.lazy; }
-static _Atomic uint64_t *warm_map(lull_segment *s) { return s->maps.warm; }
+static _Atomic uint64_t *clean_map(lull_segment *s) {
+    return s->maps.clean;
+}
+static _Atomic uint64_t *lazy_map(lull_segment *s) {
+    return s->maps.lazy;
+}
+static _Atomic uint64_t *warm_map(lull_segment *s) {
+    return s->maps.warm;
+}
 
 size_t lull_arena_take_clean(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max) {
     /* only zeroed clean slices: lazy ones are still resident anyway */
@@ -384,15 +378,21 @@ size_t lull_arena_take_warm(lull_arena *a, size_t max_slices, lull_slice_run *ou
     return take_runs(a, warm_map, NULL, max_slices, out, max);
 }
 
-void lull_arena_make_warm(const lull_slice_run *r) { run_move(r, r->segment->maps.warm, NULL); }
+void lull_arena_make_warm(const lull_slice_run *r) {
+    run_move(r, r->segment->maps.warm, NULL);
+}
 
-void lull_arena_return_clean(const lull_slice_run *r) { run_move(r, r->segment->maps.clean, NULL); }
+void lull_arena_return_clean(const lull_slice_run *r) {
+    run_move(r, r->segment->maps.clean, NULL);
+}
 
 size_t lull_arena_count_slices(lull_arena *a, int which) {
     size_t n = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s; s = s->next)
         for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-            _Atomic uint64_t *m = which == 0 ? s->maps.dirty : which == 1 ? s->maps.warm : s->maps.clean;
+            _Atomic uint64_t *m = which == 0   ? s->maps.dirty
+                                  : which == 1 ? s->maps.warm
+                                               : s->maps.clean;
             n += (size_t)__builtin_popcountll(atomic_load_explicit(&m[w], memory_order_relaxed));
         }
     return n;

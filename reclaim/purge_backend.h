@@ -110,6 +110,10 @@ static inline uint64_t purge_backend_counter(const uint64_t *field) {
     return __atomic_load_n(field, __ATOMIC_RELAXED);
 }
 
+/* The ranges of slice runs the arena claimed (numa/arena.h), for a purge. */
+struct lull_slice_run;
+void purge_ranges_of_runs(const struct lull_slice_run *runs, size_t n, purge_range *ranges);
+
 /* ---- Internal to reclaim/backend_*.c ---------------------------------- */
 
 #define PURGE_PENDING 1 /* results slot not filled yet (real results are <= 0) */

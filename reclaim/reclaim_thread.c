@@ -113,31 +113,43 @@ static bool tick_huge(void) {
     return work;
 }
 
+void purge_ranges_of_runs(const lull_slice_run *runs, size_t n, purge_range *ranges) {
+    for (size_t i = 0; i < n; i++) {
+        ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
+        ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
+    }
+}
+
+/* Purge claimed runs in one backend batch and finish each: FREE_CLEAN (the
+ * refault monitor re-arms it first: MADV_DONTNEED dropped its markers) or,
+ * if the kernel refused, FREE_DIRTY again. Returns the bytes purged. */
+static size_t purge_runs(const lull_slice_run *runs, size_t n, int advice) {
+    purge_range ranges[BATCH_RUNS] = {{0}}; /* (gcc cannot see that n <= BATCH_RUNS) */
+    int results[BATCH_RUNS];
+    purge_ranges_of_runs(runs, n, ranges);
+    purge_backend_run(&R.backend, ranges, n, advice, results);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] == 0) {
+            lull_refault_after_purge(ranges[i].addr, ranges[i].len);
+            lull_arena_purge_done(&runs[i], advice == MADV_FREE);
+            bytes += ranges[i].len;
+        } else {
+            lull_arena_purge_failed(&runs[i]);
+            STAT_ADD(purge_failures, 1);
+        }
+    }
+    return bytes;
+}
+
 static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
     lull_slice_run runs[BATCH_RUNS];
-    purge_range ranges[BATCH_RUNS];
-    int results[BATCH_RUNS];
     bool work = false;
     for (;;) {
         size_t n = lull_arena_claim_dirty(a, freed_before, runs, BATCH_RUNS, BATCH_BYTES);
         if (n == 0) break;
         work = true;
-        size_t bytes = 0;
-        for (size_t i = 0; i < n; i++) {
-            ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
-            ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
-        }
-        purge_backend_run(&R.backend, ranges, n, advice, results);
-        for (size_t i = 0; i < n; i++) {
-            if (results[i] == 0) {
-                lull_refault_after_purge(ranges[i].addr, ranges[i].len);
-                lull_arena_purge_done(&runs[i], advice == MADV_FREE);
-                bytes += ranges[i].len;
-            } else {
-                lull_arena_purge_failed(&runs[i]);
-                STAT_ADD(purge_failures, 1);
-            }
-        }
+        size_t bytes = purge_runs(runs, n, advice);
         STAT_ADD(purge_runs, n);
         STAT_ADD(purged_bytes, bytes);
         if (n < BATCH_RUNS && bytes < BATCH_BYTES) break;
@@ -149,23 +161,8 @@ static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
  * the ones that stayed free long enough are purged for good. */
 static bool tick_lazy(lull_arena *a, uint32_t now) {
     lull_slice_run runs[BATCH_RUNS];
-    purge_range ranges[BATCH_RUNS];
-    int results[BATCH_RUNS];
     size_t n = lull_arena_claim_lazy(a, now - LULL_POLICY_LAZY_MAX_MS, runs, BATCH_RUNS);
-    for (size_t i = 0; i < n; i++) {
-        ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
-        ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
-    }
-    if (n) purge_backend_run(&R.backend, ranges, n, MADV_DONTNEED, results);
-    for (size_t i = 0; i < n; i++) {
-        if (results[i] == 0) {
-            /* MADV_DONTNEED dropped the write-protect markers again */
-            lull_refault_after_purge(ranges[i].addr, ranges[i].len);
-            lull_arena_purge_done(&runs[i], false);
-        } else {
-            lull_arena_purge_failed(&runs[i]);
-        }
-    }
+    if (n) purge_runs(runs, n, MADV_DONTNEED);
     return n > 0;
 }
 

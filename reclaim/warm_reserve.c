@@ -10,27 +10,22 @@
 #define STEP_RUNS 64
 
 static struct {
-    uint64_t last_refaulted;   /* policy counter at the last tick */
-    uint32_t last_refault_ms;  /* when purged slices last came back */
+    uint64_t last_refaulted;  /* policy counter at the last tick */
+    uint32_t last_refault_ms; /* when purged slices last came back */
     uint64_t recent_refault_slices;
     lull_warm_stats stats;
 } W;
 
-static void run_ranges(const lull_slice_run *runs, size_t n, purge_range *ranges) {
-    for (size_t i = 0; i < n; i++) {
-        ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
-        ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
-    }
-}
-
 static size_t warm_slices(void) {
     size_t n = 0;
-    for (int i = 0; i < lull_arena_count; i++) n += lull_arena_count_slices(&lull_arenas[i], 1);
+    for (int i = 0; i < lull_arena_count; i++)
+        n += lull_arena_count_slices(&lull_arenas[i], 1);
     return n;
 }
 
 bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
-    uint64_t refaulted = atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed);
+    uint64_t refaulted =
+        atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed);
     if (refaulted != W.last_refaulted) {
         /* a working set is coming back: remember how much of it */
         uint64_t d = refaulted - W.last_refaulted;
@@ -38,7 +33,8 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
         W.last_refault_ms = now;
         W.last_refaulted = refaulted;
     }
-    size_t bound = __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> LULL_SLICE_SHIFT;
+    size_t bound =
+        __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> LULL_SLICE_SHIFT;
     bool active = W.last_refault_ms && (int32_t)(now - W.last_refault_ms) < LULL_WARM_IDLE_MS;
     size_t target = active ? (size_t)W.recent_refault_slices : 0;
     if (target > bound) target = bound;
@@ -58,7 +54,7 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
             }
         }
         if (n == 0) return false;
-        run_ranges(runs, n, ranges);
+        purge_ranges_of_runs(runs, n, ranges);
         purge_backend_run(b, ranges, n, MADV_POPULATE_WRITE, results);
         uint64_t bytes = 0;
         for (size_t i = 0; i < n; i++) {
@@ -78,7 +74,7 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
         for (int i = 0; i < lull_arena_count && n == 0; i++)
             n = lull_arena_take_warm(&lull_arenas[i], have - target, runs, STEP_RUNS);
         if (n == 0) return false;
-        run_ranges(runs, n, ranges);
+        purge_ranges_of_runs(runs, n, ranges);
         purge_backend_run(b, ranges, n, MADV_DONTNEED, results);
         uint64_t bytes = 0;
         for (size_t i = 0; i < n; i++) {
