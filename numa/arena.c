@@ -145,9 +145,8 @@ static int find_in_segment(lull_segment *s, unsigned n, int pass) {
 
 static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
     for (unsigned i = 0; i < n; i++) {
-        lull_span *d = &s->slices[first + i];
-        d->head_offset = (uint16_t)i;
-        if (i) d->kind = LULL_SPAN_NONE;
+        s->span_head[first + i] = (uint16_t)(first * sizeof(lull_span));
+        if (i) s->slices[first + i].kind = LULL_SPAN_NONE;
     }
     lull_span *head = &s->slices[first];
     head->slice_count = (uint16_t)n;
@@ -201,6 +200,7 @@ void lull_arena_free_span(lull_span *span) {
     atomic_store_explicit(&span->heap, NULL, memory_order_relaxed);
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n; i++) {
+        s->span_head[i] = 0; /* a stale pointer into it now finds no span */
         atomic_store_explicit(&s->freed_ms[i], now, memory_order_relaxed);
         atomic_store_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
     }

@@ -13,12 +13,12 @@
 #include "src/types.h"
 
 typedef struct lull_arena {
-    pthread_mutex_t lock;                /* request threads' span search and growth */
-    lull_segment *_Atomic segments;      /* newest first; never removed */
+    pthread_mutex_t lock;           /* request threads' span search and growth */
+    lull_segment *_Atomic segments; /* newest first; never removed */
     _Atomic uint32_t segment_count;
-    lull_segment *hint;                  /* where the last search succeeded */
+    lull_segment *hint; /* where the last search succeeded */
     int node;
-    _Atomic uint64_t fallback_allocs;    /* spans taken from another node's arena */
+    _Atomic uint64_t fallback_allocs; /* spans taken from another node's arena */
 } lull_arena;
 
 extern lull_arena lull_arenas[LULL_MAX_NODES];
@@ -32,7 +32,7 @@ void lull_arenas_init(int nodes);
 
 /* Take a run of `slices` slices from the arena (dirty first, then warm,
  * then clean), mapping a new segment if none has room. Returns the head
- * span descriptor with every slice's head_offset set, or NULL (ENOMEM).
+ * span descriptor with the segment's span_head set for every slice, or NULL (ENOMEM).
  * *zeroed tells whether the memory is known to be zero. */
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned slices, bool *zeroed);
 /* Give a span's slices back as FREE_DIRTY, stamped with the time. */

@@ -24,8 +24,8 @@ static inline lull_segment *lull_segment_of(const void *p) {
 }
 
 static inline lull_span *lull_span_of(lull_segment *s, const void *p) {
-    lull_span *d = &s->slices[((uintptr_t)p - (uintptr_t)s) >> LULL_SLICE_SHIFT];
-    return d - d->head_offset;
+    uint16_t off = s->span_head[((uintptr_t)p & LULL_SEGMENT_MASK) >> LULL_SLICE_SHIFT];
+    return (lull_span *)((char *)s->slices + off);
 }
 
 static inline uint8_t *lull_span_start(const lull_span *span) {

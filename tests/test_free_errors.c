@@ -175,11 +175,16 @@ static void free_interior_of_crafted_huge(void *arg) {
     char *p = arg;
     char *q = p + 4 * MiB;
     lull_segment *seg = lull_segment_of(q);
-    lull_span *d = &seg->slices[((uintptr_t)q - (uintptr_t)seg) >> LULL_SLICE_SHIFT];
+    unsigned slice = (unsigned)(((uintptr_t)q & LULL_SEGMENT_MASK) >> LULL_SLICE_SHIFT);
+    /* where free() would look: the slice's entry in the span_head table,
+     * then the descriptor it names; craft whichever lies in the user data */
+    uint16_t *entry = &seg->span_head[slice];
+    if ((char *)entry >= p && (char *)(entry + 1) <= p + 8 * MiB)
+        *entry = (uint16_t)(slice * sizeof(lull_span));
+    lull_span *d = lull_span_of(seg, q);
     if ((char *)d >= p && (char *)(d + 1) <= p + 8 * MiB) {
         memset(d, 0, sizeof *d);
         d->kind = LULL_SPAN_SMALL;
-        d->head_offset = 0;
         d->block_size = 64;
         d->capacity = 100;
         d->used = 50;
