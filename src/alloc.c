@@ -57,6 +57,7 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     s->kind = LULL_SPAN_SMALL;
     s->in_full = 0;
     s->zeroed = zeroed;
+    s->kept = 0;
     s->block_offset = 0;
     s->requested = 0;
     s->remote_next = NULL;

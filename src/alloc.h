@@ -60,10 +60,12 @@ static inline void lull_free_inline(void *p) {
         lull_block_set_next(b, span->free);
         span->free = b;
         h->frees++;
-        /* an emptied span that is its class's current one stays: a thread
-         * that mallocs and frees one block in a loop never leaves this path */
+        /* an emptied span that its heap keeps (heap.c) and that is its
+         * class's current one stays: a thread that mallocs and frees one
+         * block in a loop never leaves this path */
         if (__builtin_expect(--span->used == 0 || span->in_full, 0) &&
-            (span->used != 0 || span->in_full || h->current[span->size_class] != span))
+            (span->used != 0 || span->in_full || h->current[span->size_class] != span ||
+             !span->kept))
             lull_free_local_tail(h, span);
         return;
     }

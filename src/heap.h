@@ -6,6 +6,11 @@
 
 #include "src/types.h"
 
+/* Bytes of spans a heap keeps for reuse when they empty (the others go back
+ * to the arena, where the reclaim thread can purge them): the most an idle
+ * thread leaves resident. */
+#define LULL_KEPT_EMPTY_MAX ((size_t)2 << 20)
+
 /* Every thread starts with this heap: its spans are all the empty span, so
  * the first malloc takes the slow path, which gives the thread a real heap. */
 extern lull_heap lull_heap_empty;

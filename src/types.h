@@ -65,6 +65,7 @@ typedef struct lull_span {
     uint8_t size_class;
     uint8_t in_full;                   /* on the heap's full list */
     uint8_t zeroed;                    /* uncarved memory is known to be zero */
+    uint8_t kept;                      /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
     uint32_t block_offset;             /* large: offset of the block in the span (alignment) */
     struct lull_heap *_Atomic heap;    /* owner (small); NULL for large */
     struct lull_span *next, *prev;     /* heap queue links */
@@ -134,6 +135,7 @@ typedef struct lull_span_queue {
 } lull_span_queue;
 
 #define LULL_CLASSES 112
+#define LULL_KEPT_SLOTS 16
 
 /* A thread heap. Only its owner thread touches it, except remote_spans,
  * which other threads push to. Heaps are never freed: a dying thread's heap
@@ -153,6 +155,10 @@ typedef struct lull_heap {
     uint64_t frees;   /* blocks freed by their owner thread (owner only) */
     uint64_t spans_taken;
     uint64_t spans_returned;
+    /* spans kept for reuse when they empty (heap.c), oldest evicted first */
+    struct lull_span *kept[LULL_KEPT_SLOTS];
+    uint64_t kept_bytes;
+    uint32_t kept_next;
     _Atomic uint64_t remote_frees; /* counted by the freeing thread on the owner */
 } lull_heap;
 

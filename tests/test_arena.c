@@ -389,3 +389,41 @@ Test(arena, concurrent_purges_never_destroy_a_span_in_use, .init = setup, .timeo
      * however many slices the purger holds at a time */
     cr_assert_leq(atomic_load(&conc_arena.segment_count), 8u);
 }
+
+/* Slices given back with MADV_FREE are still resident until the kernel
+ * needs the memory: a span takes them before never-touched clean slices
+ * (else each burst of a workload touches fresh memory and RSS climbs past
+ * its working set), and after dirty ones. */
+Test(arena, lazy_slices_are_taken_before_fresh_clean_ones, .init = setup) {
+    static lull_arena a;
+    arena_init(&a);
+    bool zeroed;
+    lull_span *low = lull_arena_alloc_span(&a, 4, &zeroed);
+    lull_span *high = lull_arena_alloc_span(&a, 4, &zeroed);
+    lull_span *keep = lull_arena_alloc_span(&a, 4, &zeroed);
+    cr_assert(low && high && keep);
+    lull_segment *seg = seg_of_span(low);
+    unsigned high_first = first_of(high);
+    cr_assert_gt(high_first, first_of(low));
+    /* high: purged with MADV_FREE (lazy); low: purged with MADV_DONTNEED */
+    lull_arena_free_span(high);
+    lull_slice_run runs[8];
+    size_t n = lull_arena_claim_dirty(&a, future(), runs, 8, (size_t)1 << 40);
+    cr_assert_eq(n, 1);
+    lull_arena_purge_done(&runs[0], true);
+    lull_arena_free_span(low);
+    n = lull_arena_claim_dirty(&a, future(), runs, 8, (size_t)1 << 40);
+    cr_assert_eq(n, 1);
+    memset(lull_slice_address(seg, runs[0].first), 0, (size_t)runs[0].count * LULL_SLICE_SIZE);
+    lull_arena_purge_done(&runs[0], false);
+    /* a dirty span elsewhere is still taken first */
+    lull_arena_free_span(keep);
+    lull_span *s = lull_arena_alloc_span(&a, 4, &zeroed);
+    cr_assert_eq(s, keep, "dirty slices were not taken first");
+    s = lull_arena_alloc_span(&a, 4, &zeroed);
+    cr_assert_eq(first_of(s), high_first, "took slices at %u, not the lazily freed ones at %u",
+                 first_of(s), high_first);
+    cr_assert_not(zeroed, "MADV_FREE'd slices are not known to be zero");
+    for (unsigned i = high_first; i < high_first + 4; i++)
+        cr_assert_not(bit(seg->maps.lazy, i), "slice %u still marked lazy", i);
+}
