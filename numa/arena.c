@@ -53,6 +53,8 @@ static lull_segment *segment_create(lull_arena *a) {
     return s;
 }
 
+_Atomic uint64_t lull_arena_first_use_slices;
+
 /* Feed the purge policy: how long each slice taken now had been free, and
  * whether it had been purged meanwhile (a wasted purge). Slices that were
  * freed at the same moment are recorded together. */
@@ -80,6 +82,8 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
         if (freed) /* 0: never used since the segment was mapped */
             lull_policy_record_reuse(&lull_the_policy, now - freed, j - i, purged != 0,
                                      purged ? now - purged : 0);
+        else
+            atomic_fetch_add_explicit(&lull_arena_first_use_slices, j - i, memory_order_relaxed);
         i = j;
     }
 }
@@ -139,7 +143,7 @@ static int find_in_segment(lull_segment *s, unsigned n, int pass) {
         uint64_t wm = atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed);
         uint64_t c = atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed);
         uint64_t lz = c & atomic_load_explicit(&s->maps.lazy[w], memory_order_relaxed);
-        avail[w] = pass == 0 ? d : pass == 1 ? (d | wm) : pass == 2 ? (d | wm | lz) : (d | wm | c);
+        avail[w] = pass == 0 ? d : pass == 1 ? (d | lz) : pass == 2 ? (d | lz | wm) : (d | wm | c);
     }
     return lull_bitmap_find_run(avail, LULL_META_SLICES, n);
 }
@@ -155,11 +159,12 @@ static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
 
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
     pthread_mutex_lock(&a->lock);
-    /* dirty memory is resident already: reuse it first; then the warm
-     * reserve; then slices given back with MADV_FREE (resident until the
-     * kernel needs the memory: taking them faults nothing, and leaving them
-     * for fresh slices made the burst bench's RSS climb to 2.5x its working
-     * set); then clean (purged or fresh) slices */
+    /* dirty memory is resident already: reuse it first; then slices given
+     * back with MADV_FREE (resident until the kernel needs the memory:
+     * taking them faults nothing, and leaving them for fresh slices made the
+     * burst bench's RSS climb to 2.5x its working set); then the warm
+     * reserve (taken before lazy slices, it is refilled from fresh memory
+     * while the lazy ones pile up); then clean (purged or fresh) slices */
     for (int pass = 0; pass < 4; pass++) {
         lull_segment *first = a->hint ? a->hint : atomic_load(&a->segments);
         lull_segment *s = first;

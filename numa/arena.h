@@ -44,6 +44,10 @@ typedef struct lull_slice_run {
     uint16_t first, count;
 } lull_slice_run;
 
+/* Slices taken for their first use since their segment was mapped (each
+ * page faults on first touch unless the warm reserve prefaulted it). */
+extern _Atomic uint64_t lull_arena_first_use_slices;
+
 /* Claim FREE_DIRTY slices that became free at or before `freed_before_ms`,
  * as runs cut at 2 MiB extent boundaries, at most `max` runs and about
  * `max_bytes`. They are PURGING on return. */

@@ -10,8 +10,8 @@
 #define STEP_RUNS 64
 
 static struct {
-    uint64_t last_refaulted;  /* policy counter at the last tick */
-    uint32_t last_refault_ms; /* when purged slices last came back */
+    uint64_t last_demand;     /* refaulted + first-use slices at the last tick */
+    uint32_t last_refault_ms; /* when the demand last grew */
     uint64_t recent_refault_slices;
     lull_warm_stats stats;
 } W;
@@ -24,14 +24,20 @@ static size_t warm_slices(void) {
 }
 
 bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
-    uint64_t refaulted =
-        atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed);
-    if (refaulted != W.last_refaulted) {
-        /* a working set is coming back: remember how much of it */
-        uint64_t d = refaulted - W.last_refaulted;
+    /* Demand: purged slices coming back (refaults) and slices touched for
+     * the first time. Both fault on the request thread unless prefaulted;
+     * the second is what a working set that drifts over fresh memory from
+     * burst to burst costs (100-300 faults a burst in bench/burst.c even
+     * with purging off). */
+    uint64_t demand =
+        atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) +
+        atomic_load_explicit(&lull_arena_first_use_slices, memory_order_relaxed);
+    if (demand != W.last_demand) {
+        /* a working set is coming back or growing: remember how much of it */
+        uint64_t d = demand - W.last_demand;
         W.recent_refault_slices = W.recent_refault_slices / 2 + d;
         W.last_refault_ms = now;
-        W.last_refaulted = refaulted;
+        W.last_demand = demand;
     }
     size_t bound =
         __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> LULL_SLICE_SHIFT;
