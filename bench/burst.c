@@ -3,11 +3,17 @@
  *
  * Each burst allocates ~--mib MiB (200) of mixed sizes, touches every page,
  * then frees all of it in random order. Between bursts the thread is idle
- * for a gap; --gaps lists the gaps (ms), and --bursts bursts run with each.
- * After the last one the process idles --idle-ms (5 s), then runs one more
- * burst. Per burst: the minor faults the burst thread took (getrusage
+ * for a gap; --gaps lists the gaps (ms), and --bursts bursts (10) run with
+ * each. After the last one the process idles --idle-ms (5 s), then runs one
+ * more burst. Per burst: the minor faults the burst thread took (getrusage
  * RUSAGE_THREAD), the burst's duration, and RSS when the working set is
  * live, right after it is freed and at the end of the gap.
+ *
+ * The per-gap figures are the steady state: medians over the bursts of the
+ * gap after its first --warmup (2). Those are the cold start or the change
+ * from the previous gap, and an adaptive allocator's settling (lull's
+ * faults per burst fall from thousands to tens over its first few bursts);
+ * every burst after the warm-up follows a gap of its own length.
  *
  * An allocator that purges during the gap makes the next burst fault its
  * working set back in (slow, and paid by the request thread); one that keeps
@@ -15,12 +21,21 @@
  * shows whether the memory is given back eventually.
  *
  * --bursts-csv PATH  one row per burst; --rss-csv PATH  RSS every 20 ms.
+ *
+ * Under lull (a counter page /dev/shm/lull.<pid> of this process) it also
+ * prints lull's configuration and purge delay in force at the end; with
+ * BENCH_LULL_CONF=key=value,... in the environment (run.sh sets it for the
+ * lull-delay0 variant) it exits with status 3, printing no results, unless
+ * every one of those keys has that value there: the proof that the
+ * configuration took effect, as bench_check_preload is for the library.
  */
 #include "bench_common.h"
 
+#include <lull/counters.h> /* the counter page ABI only: nothing links lull */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #define SC "burst"
 #define MAX_GAPS 8
@@ -28,11 +43,17 @@
 #define MAX_SAMPLES 100000
 
 static struct {
-    uint64_t mib, bursts, idle_ms, sample_ms;
+    uint64_t mib, bursts, warmup, idle_ms, sample_ms;
     uint64_t gaps[MAX_GAPS];
     int ngaps;
     const char *bursts_csv, *rss_csv;
-} cfg = {.mib = 200, .bursts = 4, .idle_ms = 5000, .sample_ms = 20, .gaps = {50, 500}, .ngaps = 2};
+} cfg = {.mib = 200,
+         .bursts = 10,
+         .warmup = 2,
+         .idle_ms = 5000,
+         .sample_ms = 20,
+         .gaps = {50, 500},
+         .ngaps = 2};
 
 struct burst_rec {
     long gap_ms; /* -1: the burst after the long idle */
@@ -147,6 +168,64 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Under lull, prints the configuration and the purge delay in force, read
+ * from this process's counter page (include/lull/counters.h; lull opens it
+ * about 1 s after start). With BENCH_LULL_CONF set, returns -1 (after an
+ * ERROR line) unless each of its key=value items is in that configuration. */
+static int lull_config_check(void) {
+    const char *want = getenv("BENCH_LULL_CONF");
+    char path[64];
+    snprintf(path, sizeof path, LULL_COUNTERS_SHM_DIR LULL_COUNTERS_NAME_PREFIX "%d",
+             (int)getpid());
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const volatile struct lull_counters *page = MAP_FAILED;
+    struct stat st;
+    /* (a page not yet sized would fault on access: SIGBUS) */
+    if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof *page)
+        page = mmap(NULL, sizeof *page, PROT_READ, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    static struct lull_counters c; /* 1.8 KiB: not on the stack */
+    if (page == MAP_FAILED || page->magic != LULL_COUNTERS_MAGIC ||
+        page->abi_version != LULL_COUNTERS_ABI_VERSION || page->size < sizeof c ||
+        lull_counters_snapshot(page, &c) != 0) {
+        if (page != MAP_FAILED) munmap((void *)page, sizeof *page);
+        if (!want) return 0; /* not lull, or nothing to check */
+        printf("ERROR %s BENCH_LULL_CONF=%s but no readable lull counter page %s to check "
+               "it against\n",
+               SC, want, path);
+        return -1;
+    }
+    munmap((void *)page, sizeof *page);
+    c.config[sizeof c.config - 1] = '\0';
+    printf("INFO %s lull_config %s\n", SC, c.config);
+    char delay[24] = "never";
+    if (c.purge_delay_ms != LULL_COUNTERS_DELAY_NEVER)
+        snprintf(delay, sizeof delay, "%llu", (unsigned long long)c.purge_delay_ms);
+    printf("INFO %s lull_at_end purge_delay_ms=%s purge_mode=%s purged_pages=%llu "
+           "refault_pages=%llu\n",
+           SC, delay, lull_counters_purge_mode_name(c.purge_mode),
+           (unsigned long long)c.purged_pages, (unsigned long long)c.refault_pages);
+    if (!want) return 0;
+    /* every item of want, as a whole item of ",config," */
+    char have[LULL_COUNTERS_CONFIG_LEN + 2], item[LULL_COUNTERS_CONFIG_LEN + 2];
+    snprintf(have, sizeof have, ",%s,", c.config);
+    for (const char *s = want; *s;) {
+        size_t n = strcspn(s, ",");
+        if (n > 0 && n < sizeof item - 2) {
+            snprintf(item, sizeof item, ",%.*s,", (int)n, s);
+            if (!strstr(have, item)) {
+                printf("ERROR %s lull config: %.*s is not in force (%s)\n", SC, (int)n, s,
+                       c.config);
+                return -1;
+            }
+        }
+        s += n;
+        if (*s == ',') s++;
+    }
+    printf("INFO %s preload_ok lull config %s\n", SC, want);
+    return 0;
+}
+
 static void parse_gaps(const char *s) {
     cfg.ngaps = 0;
     while (*s && cfg.ngaps < MAX_GAPS) {
@@ -165,18 +244,19 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (arg_flag(argv, i, "--quick")) {
             cfg.mib = 50;
-            cfg.bursts = 3;
+            cfg.bursts = 4; /* 2 warm-up + 2 steady-state bursts per gap */
             cfg.idle_ms = 1000;
         } else if (!arg_u64(argc, argv, &i, "--mib", &cfg.mib) &&
                    !arg_u64(argc, argv, &i, "--bursts", &cfg.bursts) &&
+                   !arg_u64(argc, argv, &i, "--warmup", &cfg.warmup) &&
                    !arg_u64(argc, argv, &i, "--idle-ms", &cfg.idle_ms) &&
                    !arg_u64(argc, argv, &i, "--sample-ms", &cfg.sample_ms) &&
                    !arg_value(argc, argv, &i, "--gaps", &gaps) &&
                    !arg_value(argc, argv, &i, "--bursts-csv", &cfg.bursts_csv) &&
                    !arg_value(argc, argv, &i, "--rss-csv", &cfg.rss_csv)) {
-            fprintf(stderr, "usage: burst [--quick] [--mib N] [--bursts N] [--gaps MS,MS,...]\n"
-                            "             [--idle-ms N] [--sample-ms N] [--bursts-csv PATH]\n"
-                            "             [--rss-csv PATH]\n");
+            fprintf(stderr, "usage: burst [--quick] [--mib N] [--bursts N] [--warmup N]\n"
+                            "             [--gaps MS,MS,...] [--idle-ms N] [--sample-ms N]\n"
+                            "             [--bursts-csv PATH] [--rss-csv PATH]\n");
             return 2;
         }
     }
@@ -185,9 +265,11 @@ int main(int argc, char **argv) {
         cfg.bursts * (uint64_t)cfg.ngaps + 1 > MAX_BURSTS)
         return 2;
     bench_check_preload(SC);
-    printf("INFO %s config mib=%llu bursts=%llu idle_ms=%llu gaps=", SC,
+    /* warm-up bursts left out of each gap's medians: at least one is kept */
+    uint64_t skip = cfg.warmup < cfg.bursts ? cfg.warmup : cfg.bursts - 1;
+    printf("INFO %s config mib=%llu bursts=%llu warmup=%llu idle_ms=%llu gaps=", SC,
            (unsigned long long)cfg.mib, (unsigned long long)cfg.bursts,
-           (unsigned long long)cfg.idle_ms);
+           (unsigned long long)skip, (unsigned long long)cfg.idle_ms);
     for (int g = 0; g < cfg.ngaps; g++)
         printf("%s%llu", g ? "," : "", (unsigned long long)cfg.gaps[g]);
     printf("\n");
@@ -200,6 +282,8 @@ int main(int argc, char **argv) {
     uint64_t t_start = now_ns();
     pthread_t th;
     if (pthread_create(&th, NULL, sampler, &t_start) != 0) return 1;
+    /* the program and its arrays: nothing of a burst is live */
+    double rss_base = rss_mib();
 
     for (int g = 0; g < cfg.ngaps; g++)
         for (uint64_t b = 0; b < cfg.bursts; b++) {
@@ -212,32 +296,40 @@ int main(int argc, char **argv) {
 
     atomic_store(&stop, 1);
     pthread_join(th, NULL);
+    if (lull_config_check() != 0) return 3;
 
-    /* Medians per gap; the very first burst (cold start) is left out. */
+    /* Steady state per gap: medians over the bursts of the gap after the
+     * first `skip` (recs are in order: cfg.bursts per gap). */
+    printf("INFO %s steady_state per-gap figures are medians over bursts %llu-%llu of each gap "
+           "(the first %llu of each gap are warm-up, left out)\n",
+           SC, (unsigned long long)skip + 1, (unsigned long long)cfg.bursts,
+           (unsigned long long)skip);
     for (int g = 0; g < cfg.ngaps; g++) {
         double f[MAX_BURSTS], ms[MAX_BURSTS], rg[MAX_BURSTS], rl[MAX_BURSTS];
-        int n = 0;
-        for (int i = 1; i < nrecs; i++) {
-            if (recs[i].gap_ms != (long)cfg.gaps[g]) continue;
-            f[n] = (double)recs[i].faults;
-            ms[n] = recs[i].ms;
-            /* the last burst's gap is the long idle: not a gap of this kind */
-            rg[n] = recs[i].rss_gap_end;
-            rl[n] = recs[i].rss_live;
+        int n = 0, ng = 0;
+        for (uint64_t b = skip; b < cfg.bursts; b++) {
+            const struct burst_rec *r = &recs[(uint64_t)g * cfg.bursts + b];
+            f[n] = (double)r->faults;
+            ms[n] = r->ms;
+            rl[n] = r->rss_live;
             n++;
+            /* the last burst's gap is the long idle: not a gap of this kind */
+            if (g < cfg.ngaps - 1 || b < cfg.bursts - 1) rg[ng++] = r->rss_gap_end;
         }
-        int ng = g == cfg.ngaps - 1 ? n - 1 : n;
         char m[64];
         snprintf(m, sizeof m, "gap%llu_faults", (unsigned long long)cfg.gaps[g]);
         result(SC, m, median(f, n), "faults");
         snprintf(m, sizeof m, "gap%llu_burst_ms", (unsigned long long)cfg.gaps[g]);
         result(SC, m, median(ms, n), "ms");
-        snprintf(m, sizeof m, "gap%llu_rss_gap_end_mib", (unsigned long long)cfg.gaps[g]);
-        result(SC, m, median(rg, ng > 0 ? ng : n), "MiB");
+        if (ng > 0) {
+            snprintf(m, sizeof m, "gap%llu_rss_gap_end_mib", (unsigned long long)cfg.gaps[g]);
+            result(SC, m, median(rg, ng), "MiB");
+        }
         snprintf(m, sizeof m, "gap%llu_rss_live_mib", (unsigned long long)cfg.gaps[g]);
         result(SC, m, median(rl, n), "MiB");
     }
     result(SC, "first_burst_faults", (double)recs[0].faults, "faults");
+    result(SC, "rss_base_mib", rss_base, "MiB");
     result(SC, "rss_after_idle_mib", rss_idle, "MiB");
     result(SC, "after_idle_faults", (double)recs[nrecs - 1].faults, "faults");
     result(SC, "after_idle_burst_ms", recs[nrecs - 1].ms, "ms");

@@ -5,10 +5,20 @@
 # An allocator is a name; alloc_lib NAME gives the .so that LD_PRELOAD loads
 # for it (empty for glibc, which is loaded by nothing: it is the default).
 # lull's library is build/liblull.so under the repository root, or $LULL_SO.
+#
+# Variants of lull, not in ALL_ALLOCATORS (run.sh adds them where they
+# belong):
+#   lull-delay0  lull's library with LULL_CONF=purge_delay_ms=0 (the burst
+#                scenario); BENCH_LULL_CONF asks bench_burst to check, on
+#                lull's counter page, that the setting took effect
+#   lull-hard    liblull.so built by the hardening scenario with
+#                LULL_HARDENING=ON (the default build) in build/bench-hard
+#   lull-nohard  the same with LULL_HARDENING=OFF in build/bench-nohard
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$BENCH_DIR/.." && pwd)
 BENCH_BUILD=${BENCH_BUILD:-$REPO_ROOT/build/bench-suite}
+LULL_DELAY0_CONF=purge_delay_ms=0
 ALL_ALLOCATORS=(glibc jemalloc mimalloc tcmalloc lull)
 PEER_LIBDIR=${PEER_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 
@@ -26,7 +36,9 @@ alloc_lib() {
     jemalloc) printf '%s\n' "$PEER_LIBDIR/libjemalloc.so.2" ;;
     mimalloc) printf '%s\n' "$PEER_LIBDIR/libmimalloc.so.2" ;;
     tcmalloc) printf '%s\n' "$PEER_LIBDIR/libtcmalloc_minimal.so.4" ;;
-    lull) lull_so ;;
+    lull | lull-delay0) lull_so ;;
+    lull-hard) printf '%s\n' "$REPO_ROOT/build/bench-hard/liblull.so" ;;
+    lull-nohard) printf '%s\n' "$REPO_ROOT/build/bench-nohard/liblull.so" ;;
     *) return 1 ;;
     esac
 }
@@ -47,6 +59,12 @@ run_alloc() {
     lib=$(alloc_lib "$name") || die "unknown allocator $name"
     if [ "$name" = glibc ]; then
         env -u LD_PRELOAD BENCH_ALLOC=glibc "$@"
+    elif [ "$name" = lull-delay0 ]; then
+        # appended to the caller's LULL_CONF (the last value of a key wins);
+        # LULL_PURGE_DELAY_MS would override LULL_CONF, so it goes
+        env -u LULL_PURGE_DELAY_MS BENCH_ALLOC="$name" LD_PRELOAD="$(readlink -f "$lib")" \
+            LULL_CONF="${LULL_CONF:+$LULL_CONF,}$LULL_DELAY0_CONF" \
+            BENCH_LULL_CONF="$LULL_DELAY0_CONF" "$@"
     else
         env BENCH_ALLOC="$name" LD_PRELOAD="$(readlink -f "$lib")" "$@"
     fi
@@ -77,6 +95,50 @@ lull_build() {
     fi
     cmake --build "$b" --target lull -j "$(nproc)" >&2 ||
         log "warning: building lull failed; using $(lull_so) if it exists"
+}
+
+# lull_source_snapshot DIR: copies what building the library needs (the
+# working tree but build*, tests, bench, docs and hidden entries; mtimes
+# kept, so rebuilds stay incremental) to DIR, so that variants built from it
+# have the same sources even while someone edits the tree.
+lull_source_snapshot() {
+    local dst=$1 f
+    rm -rf "$dst" && mkdir -p "$dst" || return 1
+    for f in "$REPO_ROOT"/*; do
+        case ${f##*/} in build* | tests | bench | docs) continue ;; esac
+        cp -a "$f" "$dst/" || return 1
+    done
+}
+
+# lull_variant_build NAME HARDENING SRC: configures and builds liblull.so
+# from the source tree SRC (a lull_source_snapshot) into build/bench-hard or
+# build/bench-nohard (NAME lull-hard or lull-nohard) with -DLULL_HARDENING=ON
+# or OFF, everything else equal (Release, no tests), then runs
+# lull_variant_check. Returns 1 (after a message) when either fails.
+lull_variant_build() {
+    local name=$1 hardening=$2 src=$3 b
+    b=$(dirname "$(alloc_lib "$name")")
+    if ! cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=Release -DLULL_HARDENING="$hardening" \
+        -DLULL_TESTS=OFF -DLULL_BENCH=OFF >&2 || ! cmake --build "$b" --target lull -j "$(nproc)" >&2; then
+        log "warning: building $name (LULL_HARDENING=$hardening) in $b failed"
+        return 1
+    fi
+    lull_variant_check "$name" "$hardening"
+}
+
+# lull_variant_check NAME HARDENING: the compile flags of NAME's build tree
+# have -DLULL_NO_DOUBLE_FREE_CHECK exactly when HARDENING is OFF.
+lull_variant_check() {
+    local b want=0 has=0
+    b=$(dirname "$(alloc_lib "$1")")
+    [ "$2" = OFF ] && want=1
+    # (Makefile generator: flags.make; Ninja: build.ninja)
+    grep -qs -- -DLULL_NO_DOUBLE_FREE_CHECK "$b/CMakeFiles/lull.dir/flags.make" "$b/build.ninja" && has=1
+    if [ $want != $has ]; then
+        log "warning: $1 in $b: LULL_HARDENING=$2 did not set -DLULL_NO_DOUBLE_FREE_CHECK"
+        log "         as expected (is the option in CMakeLists.txt?)"
+        return 1
+    fi
 }
 
 bench_bin() { printf '%s\n' "$BENCH_BUILD/bench_$1"; }

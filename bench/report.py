@@ -14,10 +14,15 @@ Each table cell is the median over runs, with its ratio to glibc in
 parentheses; the last columns compare lull with glibc and with the best of
 the four peers (glibc, jemalloc, mimalloc, tcmalloc). "Best" means the
 highest for rates (Mops/s, req/s) and the lowest for everything else.
+A variant of lull that ran in a scenario (lull-delay0 in burst) gets a
+column of its own there, and lull a ratio to it. The hardening scenario has
+a table of its own: lull-hard against lull-nohard.
 Nothing here asserts anything: the goals section only reports.
 """
 import csv
+import glob
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -25,7 +30,11 @@ import sys
 
 ALLOCS = ["glibc", "jemalloc", "mimalloc", "tcmalloc", "lull"]
 PEERS = ["glibc", "jemalloc", "mimalloc", "tcmalloc"]
-SCENARIOS = ["stall", "throughput", "callgrind", "latency", "burst", "redis"]
+# Variants of lull (bench/lib.sh): a column only where they ran.
+DELAY0 = "lull-delay0"  # same library, LULL_CONF=purge_delay_ms=0 (burst)
+HARD, NOHARD = "lull-hard", "lull-nohard"  # LULL_HARDENING=ON / OFF (hardening)
+VARIANTS = [DELAY0, HARD, NOHARD]
+SCENARIOS = ["stall", "throughput", "callgrind", "latency", "burst", "redis", "hardening"]
 HIGHER_BETTER = {"Mops/s", "req/s"}
 INFO_UNITS = {"requests", "pairs", "blocks"}
 
@@ -36,6 +45,7 @@ TITLES = {
     "latency": "Request-thread latency while another thread churns 64 MiB blocks",
     "burst": "Refault churn between bursts",
     "redis": "redis-server",
+    "hardening": "Hardening: lull with and without its double-free check (issue #8)",
 }
 
 # Goals for lull (from the issues). Reported, never asserted.
@@ -54,10 +64,16 @@ GOALS = [
     ("latency", "op_p999", "<=glibc*", 1.0, "request-thread p99.9 <= glibc"),
     ("latency", "op_p9999", "<=glibc*", 1.0, "request-thread p99.99 <= glibc"),
     ("latency", "op_max", "<=glibc*", 1.0, "request-thread max <= glibc"),
+    # burst (issue #4); gap* is every gap of the run, in its order
+    ("burst", "gap*_faults", "<=delay0*", 0.1,
+     "faults per burst, {gap} ms gaps: >= 90 % fewer than lull-delay0"),
+    ("burst", "gap*_faults", "<peers", None, "faults per burst, {gap} ms gaps: fewer than every peer"),
+    ("burst", "rss_after_idle_mib", "rss_goal_base", None,
+     "RSS after the long idle <= live * 1.05 + 8 MiB (live: rss_base_mib)"),
 ]
 
 COLORS = {"glibc": "#444444", "jemalloc": "#1f77b4", "mimalloc": "#2ca02c",
-          "tcmalloc": "#ff7f0e", "lull": "#d62728"}
+          "tcmalloc": "#ff7f0e", "lull": "#d62728", DELAY0: "#e377c2"}
 
 
 def fmt(v):
@@ -94,9 +110,11 @@ def load(out):
     path = os.path.join(out, "allocators.txt")
     if os.path.exists(path):
         for line in open(path):
-            parts = line.split()
+            # name status [library [note...]]
+            parts = line.split(maxsplit=3)
             if len(parts) >= 2:
-                status[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "")
+                status[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "",
+                                    parts[3].strip() if len(parts) > 3 else "")
     data = {}  # scenario -> metric -> {"unit", "order", "vals": alloc -> [values]}
     for sc in SCENARIOS:
         p = os.path.join(out, f"{sc}.csv")
@@ -133,21 +151,51 @@ def best_peer(med, sc, metric, unit):
     return min(vals, key=lambda x: x[1])
 
 
+def expand_goals(data):
+    """GOALS with each gap* metric replaced by one entry per gap of the run."""
+    for sc, metric, op, target, text in GOALS:
+        if "*" not in metric:
+            yield sc, metric, op, target, text
+            continue
+        pat = re.compile("^" + re.escape(metric).replace(r"\*", r"(\d+)") + "$")
+        names = sorted(data.get(sc, {}).items(), key=lambda kv: kv[1]["order"])
+        hits = [(name, pat.match(name)) for name, _ in names]
+        hits = [(name, mt.group(1)) for name, mt in hits if mt]
+        if not hits:
+            yield sc, metric, op, target, text.replace("{gap} ms gaps", "each gap")
+        for name, gap in hits:
+            yield sc, name, op, target, text.replace("{gap}", gap)
+
+
 def goal_rows(med, status, data):
     data_units = {(sc, name): m["unit"] for sc, ms in data.items() for name, m in ms.items()}
     rows = []
     lull_ok = status.get("lull", ("missing",))[0] == "ok"
-    for sc, metric, op, target, text in GOALS:
+    for sc, metric, op, target, text in expand_goals(data):
         v = med.get((sc, metric, "lull"))
+        unit = data_units.get((sc, metric), "")
         if not lull_ok or v is None:
             rows.append((text, "-", "-", "lull missing" if not lull_ok else "not measured"))
             continue
+        target_text = None  # the target column, when not "<= goal"
         if op == "<=":
             goal, met = target, v <= target
-        elif op == "rss_goal":
-            live = med.get((sc, "rss_live_mib", "lull"))
+        elif op in ("rss_goal", "rss_goal_base"):
+            # live: stall's rss_live_mib; burst: the RSS before the first burst
+            live = med.get((sc, "rss_live_mib" if op == "rss_goal" else "rss_base_mib", "lull"))
             goal = None if live is None else live * 1.05 + 8
             met = goal is not None and v <= goal
+        elif op == "<peers":
+            # strictly fewer than the lowest peer
+            bp, goal = best_peer(med, sc, metric, unit)
+            met = None if goal is None else v < goal
+            target_text = f"< {fmt(goal)} {unit} ({bp})" if goal is not None else None
+        elif op == "<=delay0*":
+            ref = med.get((sc, metric, DELAY0))
+            goal = None if ref is None else ref * target
+            met = None if goal is None else v <= goal
+            if goal is not None:
+                target_text = f"{fmt(goal)} {unit} ({target:g} x {fmt(ref)})"
         else:
             ref_alloc = "mimalloc" if "mimalloc" in op else "glibc"
             ref = med.get((sc, metric, ref_alloc))
@@ -158,8 +206,9 @@ def goal_rows(med, status, data):
                 met = v >= goal
             else:
                 met = v <= goal
-        unit = data_units.get((sc, metric), "")
-        rows.append((text, f"{fmt(v)} {unit}", f"{fmt(goal)} {unit}" if goal is not None else "-",
+        if target_text is None:
+            target_text = f"{fmt(goal)} {unit}" if goal is not None else "-"
+        rows.append((text, f"{fmt(v)} {unit}", target_text,
                      "met" if met else ("n/a" if met is None else "not met")))
     return rows
 
@@ -181,22 +230,29 @@ def write_md(out, status, data, med):
     w("")
     w("| allocator | status | library |")
     w("|---|---|---|")
-    for a in ALLOCS:
-        st, lib = status.get(a, ("not run", ""))
-        w(f"| {a} | {st} | `{lib or '(none: default)'}` |")
+    for a in ALLOCS + [a for a in status if a not in ALLOCS]:
+        st, lib, note = status.get(a, ("not run", "", ""))
+        w(f"| {a} | {st} | `{lib or '(none: default)'}`{' ' + note if note else ''} |")
     w("")
     for sc in SCENARIOS:
         if sc not in data:
             continue
         w(f"## {TITLES.get(sc, sc)}")
         w("")
-        w("| metric | unit | " + " | ".join(ALLOCS) + " | lull/glibc | lull/best peer |")
-        w("|---|---|" + "---|" * len(ALLOCS) + "---|---|")
+        if sc == "hardening":
+            write_hardening(w, data[sc], med)
+            continue
+        # lull's variants that ran here get a column, and lull a ratio to them
+        extra = [a for a in VARIANTS if any(a in m["vals"] for m in data[sc].values())]
+        cols = ALLOCS + extra
+        w("| metric | unit | " + " | ".join(cols) + " | lull/glibc | lull/best peer |" +
+          "".join(f" lull/{a} |" for a in extra))
+        w("|---|---|" + "---|" * len(cols) + "---|---|" + "---|" * len(extra))
         for name, m in sorted(data[sc].items(), key=lambda kv: kv[1]["order"]):
             unit = m["unit"]
             g = med.get((sc, name, "glibc"))
             cells = []
-            for a in ALLOCS:
+            for a in cols:
                 v = med.get((sc, name, a))
                 st = status.get(a, ("not run",))[0]
                 if v is None:
@@ -213,8 +269,12 @@ def write_md(out, status, data, med):
                 vs_best = f"n/a ({bp}: 0)"
             else:
                 vs_best = f"{fmt_ratio(ratio(lv, bv))} ({bp})"
-            w(f"| {name} | {unit} | " + " | ".join(cells) + f" | {fmt_ratio(ratio(lv, g))} | {vs_best} |")
+            vs_extra = "".join(f" {fmt_ratio(ratio(lv, med.get((sc, name, a))))} |" for a in extra)
+            w(f"| {name} | {unit} | " + " | ".join(cells) + f" | {fmt_ratio(ratio(lv, g))} | {vs_best} |" +
+              vs_extra)
         w("")
+        if sc == "burst":
+            write_burst_notes(w, out, extra)
         for png in PLOTS_BY_SCENARIO.get(sc, []):
             if os.path.exists(os.path.join(out, png)):
                 w(f"![{png}]({png})")
@@ -239,14 +299,78 @@ def write_md(out, status, data, med):
         f.write("\n".join(lines) + "\n")
 
 
+def info_lines(path, prefix):
+    """The rest of each line of a raw log that starts with prefix."""
+    if not os.path.exists(path):
+        return []
+    return [l[len(prefix):].strip() for l in open(path, errors="replace") if l.startswith(prefix)]
+
+
+def write_burst_notes(w, out, extra):
+    """What the per-gap figures are, as the program said it, and lull's
+    purge delay at the end (run 1's logs)."""
+    for log in sorted(glob.glob(os.path.join(out, "raw", "burst_*_r1.log"))):
+        steady = info_lines(log, "INFO burst steady_state ")
+        if steady:
+            w(f"Steady state: {steady[0]}; every burst is in "
+              "`raw/burst_bursts_<allocator>_r<run>.csv`. "
+              "`rss_base_mib`: RSS before the first burst (nothing of a burst live).")
+            w("")
+            break
+    if DELAY0 in extra:
+        w(f"`{DELAY0}`: lull's library with `LULL_CONF=purge_delay_ms=0` "
+          "(checked on lull's counter page in every run).")
+        w("")
+    for a in ["lull"] + extra:
+        log = os.path.join(out, "raw", f"burst_{a}_r1.log")
+        for said in info_lines(log, "INFO burst lull_at_end "):
+            w(f"- {a} (run 1), lull's counter page at the end: `{said}`")
+    w("")
+
+
+def write_hardening(w, metrics, med):
+    """lull-hard against lull-nohard: instructions per pair, throughput."""
+    w(f"`{HARD}`: LULL_HARDENING=ON, the default build (local double-free check on free). "
+      f"`{NOHARD}`: LULL_HARDENING=OFF (`-DLULL_NO_DOUBLE_FREE_CHECK`: that check compiled out). "
+      "Safe-linked free lists are in both: no switch removes them. "
+      "Both built from one copy of the working tree with the same flags (Release). "
+      "Instructions: callgrind, exact, one run. Throughput: `bench_throughput` st and mt with "
+      "50 M ops (`--quick`: 1 M), median of the runs (min-max in brackets); `*_cpu_ns_per_op` is the "
+      "process's CPU time per op, which waiting for a CPU on a busy machine does not inflate.")
+    w("")
+    w(f"| metric | unit | {HARD} | {NOHARD} | hardened/unhardened | cost of hardening |")
+    w("|---|---|---|---|---|---|")
+    for name, m in sorted(metrics.items(), key=lambda kv: kv[1]["order"]):
+        unit = m["unit"]
+        cells = []
+        for a in (HARD, NOHARD):
+            vs = m["vals"].get(a)
+            if not vs:
+                cells.append("missing")
+            elif len(vs) > 1:
+                cells.append(f"{fmt(med[('hardening', name, a)])} ({fmt(min(vs))}-{fmt(max(vs))})")
+            else:
+                cells.append(fmt(vs[0]))
+        h, n = med.get(("hardening", name, HARD)), med.get(("hardening", name, NOHARD))
+        r = ratio(h, n)
+        if r is None:
+            cost = "-"
+        elif unit in HIGHER_BETTER:
+            cost = f"{(r - 1) * 100:+.1f} % throughput"
+        else:
+            cost = f"{h - n:+.3g} {unit} ({(r - 1) * 100:+.1f} %)"
+        w(f"| {name} | {unit} | " + " | ".join(cells) + f" | {fmt_ratio(r)} | {cost} |")
+    w("")
+
+
 def write_summary(out, data, med):
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         wr = csv.writer(f)
-        wr.writerow(["scenario", "metric", "unit"] + ALLOCS)
+        wr.writerow(["scenario", "metric", "unit"] + ALLOCS + VARIANTS)
         for sc in SCENARIOS:
             for name, m in sorted(data.get(sc, {}).items(), key=lambda kv: kv[1]["order"]):
                 row = [sc, name, m["unit"]]
-                for a in ALLOCS:
+                for a in ALLOCS + VARIANTS:
                     v = med.get((sc, name, a))
                     row.append("" if v is None else f"{v:.6g}")
                 wr.writerow(row)
@@ -270,7 +394,7 @@ def raw_file(out, pattern, alloc):
 
 def gp_lines(out, pattern, using, title_suffix="", style="lines lw 2"):
     parts = []
-    for a in ALLOCS:
+    for a in ALLOCS + [DELAY0]:
         p = raw_file(out, pattern, a)
         if p:
             parts.append(f"'{p}' using {using} with {style} lc rgb '{COLORS[a]}' title '{a}{title_suffix}'")
@@ -359,15 +483,17 @@ set ylabel 'RSS (MiB)'
 set key top right
 plot {", ".join(ls)}
 """)
-    ls = gp_lines(out, "burst_bursts_{a}_r1.csv", "1:3", style="linespoints lw 2 pt 7")
+    ls = gp_lines(out, "burst_bursts_{a}_r1.csv", "1:($3 + 1)", style="linespoints lw 2 pt 7")
     if ls:
         gp.append(f"""
 set output '{os.path.join(out, "burst_faults.png")}'
 set title 'Minor faults of the request thread per burst (run 1; last burst follows the long idle)'
 set xlabel 'burst'
-set ylabel 'minor faults'
+set ylabel 'minor faults + 1 (log)'
+set logscale y
 set key top right
 plot {", ".join(ls)}
+unset logscale
 """)
     script = "\n".join(gp)
     path = os.path.join(out, "raw", "plots.gp")

@@ -4,10 +4,15 @@
 #   bench/run.sh [--quick] [--runs N] [--only SCENARIO[,SCENARIO...]]
 #                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
 #
-# Scenarios: stall throughput callgrind latency burst redis (default: all).
-# Allocators: glibc jemalloc mimalloc tcmalloc lull (default: all). lull is
-# build/liblull.so under the repository root, or $LULL_SO; when it is not
-# there its rows say "missing" and the run goes on.
+# Scenarios: stall throughput callgrind latency burst redis hardening
+# (default: all). Allocators: glibc jemalloc mimalloc tcmalloc lull (default:
+# all). lull is build/liblull.so under the repository root, or $LULL_SO; when
+# it is not there its rows say "missing" and the run goes on. With lull, burst
+# also runs lull-delay0 (the same library, LULL_CONF=purge_delay_ms=0), and
+# hardening builds lull with LULL_HARDENING=ON and OFF (from one copy of the
+# working tree, whatever $LULL_SO is) into build/bench-hard and
+# build/bench-nohard and compares the two; with --no-build-lull it uses them
+# as they are.
 #
 # Builds the bench programs (and tries to build liblull.so, unless
 # --no-build-lull or $LULL_SO), then runs every scenario --runs times (5;
@@ -24,7 +29,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCENARIOS=(stall throughput callgrind latency burst redis)
+SCENARIOS=(stall throughput callgrind latency burst redis hardening)
 runs=
 redis_runs=
 quick=0
@@ -47,7 +52,7 @@ while [ $# -gt 0 ]; do
     --out=*) out=${1#*=} ;;
     --no-build-lull) build_lull=0 ;;
     -h | --help)
-        sed -n '2,24p' "$0"
+        sed -n '2,28p' "$0"
         exit 0
         ;;
     *) die "unknown argument $1 (see --help)" ;;
@@ -93,6 +98,13 @@ for a in "${allocs[@]}"; do
     if [ "$st" = ok ]; then avail+=("$a"); else log "note: $a is missing ($lib): its rows will say missing"; fi
 done
 [ ${#avail[@]} -gt 0 ] || die "no allocator to run"
+# burst: lull's library again with purge_delay_ms=0, next to lull (auto)
+burst_allocs=("${avail[@]}")
+if [[ " ${avail[*]} " == *" lull "* && " ${avail[*]} " != *" lull-delay0 "* &&
+    " ${selected[*]} " == *" burst "* ]]; then
+    burst_allocs+=(lull-delay0)
+    echo "lull-delay0 ok $(readlink -f "$(lull_so)") LULL_CONF=$LULL_DELAY0_CONF (burst only)" >>"$out/allocators.txt"
+fi
 
 {
     echo "date:       $(date -Is)"
@@ -108,10 +120,14 @@ done
     fi
 } >"$out/machine.txt"
 
-# rotated LIST by R: the allocator order of repetition R
+# rotated R [ALLOC...]: the allocator order of repetition R (default: avail)
 rotated() {
-    local r=$1 n=${#avail[@]} i
-    for ((i = 0; i < n; i++)); do echo "${avail[$(((i + r - 1) % n))]}"; done
+    local r=$1 i
+    shift
+    local list=("$@")
+    [ ${#list[@]} -gt 0 ] || list=("${avail[@]}")
+    local n=${#list[@]}
+    for ((i = 0; i < n; i++)); do echo "${list[$(((i + r - 1) % n))]}"; done
 }
 
 # run_one SCENARIO ALLOC RUN LABEL TIMEOUT MODE CMD...
@@ -183,7 +199,7 @@ for sc in "${selected[@]}"; do
         ;;
     burst)
         for ((r = 1; r <= runs; r++)); do
-            for a in $(rotated $r); do
+            for a in $(rotated $r "${burst_allocs[@]}"); do
                 run_one burst "$a" $r burst 600 preload "$(bench_bin burst)" "${q[@]}" \
                     --bursts-csv "$out/raw/burst_bursts_${a}_r$r.csv" \
                     --rss-csv "$out/raw/burst_rss_${a}_r$r.csv"
@@ -199,6 +215,61 @@ for sc in "${selected[@]}"; do
         for ((r = 1; r <= redis_runs; r++)); do
             for a in $(rotated $r); do
                 run_one redis "$a" $r redis 900 self "$BENCH_DIR/redis.sh" "${q[@]}" "$a"
+            done
+        done
+        ;;
+    hardening)
+        # lull with and without its double-free check (LULL_HARDENING),
+        # both built here from the working tree with the same flags; only
+        # when lull is among the allocators
+        if [[ " ${allocs[*]} " != *" lull "* ]]; then
+            log "   lull not selected: skipped"
+            continue
+        fi
+        variants=()
+        # both from one copy of the tree: edits meanwhile cannot split them
+        src=$REPO_ROOT/build/bench-hardening-src
+        if [ $build_lull = 1 ] && ! lull_source_snapshot "$src"; then
+            log "   cannot copy the source tree to $src: skipped"
+            echo "hardening: cannot copy the source tree to $src" >>"$out/errors.txt"
+            continue
+        fi
+        for v in lull-hard lull-nohard; do
+            h=ON
+            [ $v = lull-nohard ] && h=OFF
+            st=missing
+            if [ $build_lull = 1 ] && ! lull_variant_build $v $h "$src"; then
+                echo "hardening $v: build with LULL_HARDENING=$h failed" >>"$out/errors.txt"
+            elif [ "$(alloc_status $v)" != ok ]; then
+                log "   $v: $(alloc_lib $v) is missing"
+            elif [ $build_lull = 0 ] && ! lull_variant_check $v $h; then
+                echo "hardening $v: not built with LULL_HARDENING=$h" >>"$out/errors.txt"
+            else
+                st=ok
+                variants+=("$v")
+            fi
+            lib=$(alloc_lib $v)
+            [ -e "$lib" ] && lib=$(readlink -f "$lib")
+            echo "$v $st $lib LULL_HARDENING=$h (hardening only)" >>"$out/allocators.txt"
+        done
+        if [ ${#variants[@]} -eq 0 ]; then
+            log "   no lull variant built: skipped"
+            continue
+        fi
+        # instructions per pair: exact, so once
+        for v in "${variants[@]}"; do
+            run_one hardening "$v" 1 hardening-callgrind 900 self "$BENCH_DIR/callgrind.sh" "${q[@]}" "$v"
+        done
+        # throughput: 5x the throughput scenario's 10 M ops (1-2 s a run),
+        # as the difference sought is a few per cent
+        hops=(--ops 50000000)
+        [ $quick = 1 ] && hops=(--quick)
+        for ((r = 1; r <= runs; r++)); do
+            for v in $(rotated $r "${variants[@]}"); do
+                for m in st mt; do
+                    run_one hardening "$v" $r "hardening-$m" 300 preload \
+                        "$(bench_bin throughput)" --mode $m "${hops[@]}"
+                done
             done
         done
         ;;
