@@ -141,7 +141,9 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
             s->free = lull_block_next(b);
             s->used++;
             h->allocs++;
-            b->next_encoded = 0;
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+            b->next_encoded = 0; /* see lull_malloc_inline */
+#endif
             return b;
         }
     }

@@ -31,7 +31,9 @@ static inline void *lull_malloc_inline(size_t size) {
             s->free = lull_block_next(b);
             s->used++;
             h->allocs++;
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
             b->next_encoded = 0; /* so that its free does not look like a double free */
+#endif
             return b;
         }
     }
