@@ -55,7 +55,6 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     s->block_size = ci->block_size;
     s->size_class = (uint8_t)c;
     s->kind = LULL_SPAN_SMALL;
-    s->in_full = 0;
     s->zeroed = zeroed;
     s->kept = 0;
     s->block_offset = 0;
@@ -82,22 +81,22 @@ static lull_span *class_refill(lull_heap *h, unsigned c) {
                 lull_heap_queue_remove(q, s);
                 lull_heap_queue_push_front(q, s);
             }
-            h->current[c] = s;
+            lull_heap_set_current(h, c, s);
             return s;
         }
         /* full: park it until a free comes back */
         lull_heap_queue_remove(q, s);
-        s->in_full = 1;
+        lull_span_set_in_full(s, true);
         lull_heap_queue_push_front(&h->full, s);
     }
     lull_span *s = span_new(h, c);
     if (!s) {
-        h->current[c] = q->head ? q->head : &lull_span_empty;
+        lull_heap_set_current(h, c, q->head ? q->head : &lull_span_empty);
         return NULL;
     }
     span_extend(s);
     lull_heap_queue_push_front(q, s);
-    h->current[c] = s;
+    lull_heap_set_current(h, c, s);
     return s;
 }
 
@@ -209,16 +208,16 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
     lull_block_set_next(b, span->free);
     span->free = b;
     h->frees++;
-    if (--span->used == 0 || span->in_full) lull_free_local_tail(h, span);
+    if (lull_span_put_back_one(span)) lull_free_local_tail(h, span);
 }
 
 void lull_free_local_tail(lull_heap *h, lull_span *span) {
-    if (span->in_full) {
+    if (lull_span_in_full(span)) {
         lull_heap_queue_remove(&h->full, span);
-        span->in_full = 0;
+        lull_span_set_in_full(span, false);
         lull_heap_queue_push_front(&h->queue[span->size_class], span);
         if (h->current[span->size_class] == &lull_span_empty || !h->current[span->size_class]->free)
-            h->current[span->size_class] = span;
+            lull_heap_set_current(h, span->size_class, span);
     }
     if (span->used == 0) lull_heap_span_empty(h, span);
 }

@@ -25,7 +25,7 @@ size_t lull_usable_generic(const void *p);
 static inline void *lull_malloc_inline(size_t size) {
     lull_heap *h = lull_tl_heap;
     if (__builtin_expect(size <= 1024, 1)) {
-        lull_span *s = h->current[lull_small_class_of[(size + 7) >> 3]];
+        lull_span *s = h->direct[(size + 7) >> 3];
         lull_block *b = s->free;
         if (__builtin_expect(b != NULL, 1)) {
             s->free = lull_block_next(b);
@@ -65,9 +65,8 @@ static inline void lull_free_inline(void *p) {
         /* an emptied span that its heap keeps (heap.c) and that is its
          * class's current one stays: a thread that mallocs and frees one
          * block in a loop never leaves this path */
-        if (__builtin_expect(--span->used == 0 || span->in_full, 0) &&
-            (span->used != 0 || span->in_full || h->current[span->size_class] != span ||
-             !span->kept))
+        if (__builtin_expect(lull_span_put_back_one(span), 0) &&
+            (span->used != 0 || h->current[span->size_class] != span || !span->kept))
             lull_free_local_tail(h, span);
         return;
     }

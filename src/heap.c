@@ -15,7 +15,8 @@
 #define HEAP_CHUNK_SIZE ((size_t)1 << 20)
 
 lull_span lull_span_empty;
-lull_heap lull_heap_empty = {.current = {[0 ... LULL_CLASSES - 1] = &lull_span_empty}};
+lull_heap lull_heap_empty = {.direct = {[0 ... LULL_DIRECT_WORDS - 1] = &lull_span_empty},
+                             .current = {[0 ... LULL_CLASSES - 1] = &lull_span_empty}};
 __thread lull_heap *lull_tl_heap __attribute__((tls_model("initial-exec"))) = &lull_heap_empty;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -47,7 +48,7 @@ static lull_heap *heap_alloc_locked(void) {
     lull_heap *h = (lull_heap *)chunk_next;
     chunk_next += sz;
     for (unsigned c = 0; c < LULL_CLASSES; c++)
-        h->current[c] = &lull_span_empty;
+        lull_heap_set_current(h, c, &lull_span_empty);
     h->next_all = all_heaps;
     all_heaps = h;
     return h;
@@ -102,7 +103,7 @@ void lull_heap_queue_push_front(lull_span_queue *q, lull_span *span) {
 }
 
 static void update_current(lull_heap *h, unsigned c) {
-    h->current[c] = h->queue[c].head ? h->queue[c].head : &lull_span_empty;
+    lull_heap_set_current(h, c, h->queue[c].head ? h->queue[c].head : &lull_span_empty);
 }
 
 uint32_t lull_span_collect(lull_span *span) {
@@ -135,7 +136,7 @@ static void unkeep(lull_heap *h, lull_span *span) {
 
 static void evict(lull_heap *h, lull_span *victim) {
     unkeep(h, victim);
-    if (victim->used || victim->in_full ||
+    if (victim->used || /* blocks in use, or on the full list */
         atomic_load_explicit(&victim->remote_queued, memory_order_acquire))
         return; /* in use again: it just stops being kept */
     unsigned c = victim->size_class;
@@ -180,20 +181,21 @@ void lull_heap_span_empty(lull_heap *h, lull_span *span) {
      * allocates and frees one block in a loop must not trade slices with the
      * arena every time (180-220 ns a pair for 100-300 KiB blocks, against
      * 9 ns kept) */
-    if (h->queue[c].head == span && span->next == NULL && !span->in_full && keep_empty(h, span))
+    if (h->queue[c].head == span && span->next == NULL && !lull_span_in_full(span) &&
+        keep_empty(h, span))
         return;
-    if (span->in_full)
+    if (lull_span_in_full(span))
         lull_heap_queue_remove(&h->full, span);
     else
         lull_heap_queue_remove(&h->queue[c], span);
-    span->in_full = 0;
+    lull_span_set_in_full(span, false);
     update_current(h, c);
     span_release(h, span);
 }
 
 static void unfull(lull_heap *h, lull_span *span) {
     lull_heap_queue_remove(&h->full, span);
-    span->in_full = 0;
+    lull_span_set_in_full(span, false);
     lull_heap_queue_push_front(&h->queue[span->size_class], span);
     update_current(h, span->size_class);
 }
@@ -208,7 +210,7 @@ void lull_heap_collect_remote(lull_heap *h) {
          * finds the list empty and queues the span again */
         atomic_store_explicit(&span->remote_queued, 0, memory_order_release);
         lull_span_collect(span);
-        if (span->in_full && span->free) unfull(h, span);
+        if (lull_span_in_full(span) && span->free) unfull(h, span);
         if (span->used == 0) lull_heap_span_empty(h, span);
     }
 }
@@ -232,7 +234,7 @@ void lull_heap_collect(lull_heap *h, bool all) {
         lull_span_collect(s);
         if (s->used == 0 && !atomic_load(&s->remote_queued)) {
             lull_heap_queue_remove(&h->full, s);
-            s->in_full = 0;
+            lull_span_set_in_full(s, false);
             span_release(h, s);
         } else if (s->free) {
             unfull(h, s);

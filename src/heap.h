@@ -4,6 +4,7 @@
 #ifndef LULL_HEAP_H
 #define LULL_HEAP_H
 
+#include "src/size_class.h"
 #include "src/types.h"
 
 /* Bytes of spans a heap keeps for reuse when they empty (the others go back
@@ -16,6 +17,13 @@
 extern lull_heap lull_heap_empty;
 extern lull_span lull_span_empty;
 extern __thread lull_heap *lull_tl_heap;
+
+/* Make s the current span of class c (and of the direct slots of its sizes). */
+static inline void lull_heap_set_current(lull_heap *h, unsigned c, lull_span *s) {
+    h->current[c] = s;
+    for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
+        h->direct[w] = s;
+}
 
 /* The calling thread's heap, created or adopted if it has none; NULL when
  * no memory for a heap is left. */

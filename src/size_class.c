@@ -4,6 +4,7 @@
 
 lull_class_info lull_classes[LULL_CLASSES];
 uint8_t lull_small_class_of[129];
+uint8_t lull_class_first_word[LULL_CLASSES], lull_class_last_word[LULL_CLASSES];
 unsigned lull_class_count;
 
 static uint16_t span_slices_for(uint32_t size) {
@@ -38,15 +39,28 @@ void lull_size_classes_init(void) {
     /* 8, then 16-byte steps: C17 asks malloc(24) to be aligned for a
      * long double (16 bytes), so no class above 8 may be 8-aligned only */
     add_class(8);
-    for (uint32_t s = 16; s <= 128; s += 16) add_class(s);
+    for (uint32_t s = 16; s <= 128; s += 16)
+        add_class(s);
     for (uint32_t base = 128; base < LULL_SMALL_MAX; base *= 2)
-        for (uint32_t k = 1; k <= 8; k++) add_class(base + k * (base / 8));
+        for (uint32_t k = 1; k <= 8; k++)
+            add_class(base + k * (base / 8));
     /* lookup for sizes up to 1 KiB */
     unsigned c = 1;
     for (unsigned i = 0; i <= 128; i++) {
         size_t size = i * 8;
-        while (lull_classes[c].block_size < size) c++;
+        while (lull_classes[c].block_size < size)
+            c++;
         lull_small_class_of[i] = (uint8_t)c;
     }
     lull_small_class_of[0] = 1;
+    for (unsigned k = 0; k < LULL_CLASSES; k++) {
+        lull_class_first_word[k] = 1;
+        lull_class_last_word[k] = 0;
+    }
+    for (unsigned i = 129; i-- > 0;) {
+        unsigned k = lull_small_class_of[i];
+        lull_class_first_word[k] = (uint8_t)i;
+        if (lull_class_last_word[k] < lull_class_first_word[k])
+            lull_class_last_word[k] = (uint8_t)i;
+    }
 }

@@ -17,6 +17,9 @@ typedef struct lull_class_info {
 extern lull_class_info lull_classes[LULL_CLASSES];
 extern uint8_t lull_small_class_of[129]; /* (size + 7) >> 3 for size <= 1024 */
 extern unsigned lull_class_count;
+/* The (size + 7) >> 3 words of class c, for classes up to 1 KiB: first and
+ * last (last < first: none). */
+extern uint8_t lull_class_first_word[LULL_CLASSES], lull_class_last_word[LULL_CLASSES];
 
 void lull_size_classes_init(void);
 

@@ -90,7 +90,7 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
         if (kind == LULL_SPAN_SMALL && run == n) {
             uint64_t bs = __atomic_load_n(&d->block_size, __ATOMIC_RELAXED);
             uint64_t cap = __atomic_load_n(&d->capacity, __ATOMIC_RELAXED);
-            uint64_t used = __atomic_load_n(&d->used, __ATOMIC_RELAXED);
+            uint64_t used = __atomic_load_n(&d->used, __ATOMIC_RELAXED) & ~LULL_SPAN_IN_FULL;
             if (cap * bs > bytes) cap = bytes / (bs ? bs : 1);
             if (used > cap) used = cap;
             a->live += used * bs;

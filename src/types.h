@@ -42,6 +42,8 @@ typedef struct lull_block {
     uintptr_t next_encoded; /* next free block, safe-linked (see span.h) */
 } lull_block;
 
+#define LULL_SPAN_IN_FULL 0x80000000u
+
 typedef enum {
     LULL_SPAN_NONE = 0, /* slice is not the head of a span in use */
     LULL_SPAN_SMALL,    /* blocks of one size class, owned by a heap */
@@ -55,15 +57,17 @@ struct lull_arena;
  * slice i; the segment's span_head table leads from any slice of a span to
  * its head. Fields above `thread_free` are the owner heap's alone. */
 typedef struct lull_span {
-    lull_block *free;  /* local free list: malloc pops, local free pushes */
-    uint32_t used;     /* blocks handed out and not freed locally */
+    lull_block *free; /* local free list: malloc pops, local free pushes */
+    /* blocks handed out and not freed locally; LULL_SPAN_IN_FULL set while
+     * the span is on its heap's full list, so that free() tests both with
+     * one signed compare */
+    uint32_t used;
     uint32_t capacity; /* blocks that fit in the span */
     uint32_t carved;   /* blocks carved so far (the rest never touched) */
     uint32_t block_size;
     uint16_t slice_count;
     uint8_t kind; /* lull_span_kind */
     uint8_t size_class;
-    uint8_t in_full;                   /* on the heap's full list */
     uint8_t zeroed;                    /* uncarved memory is known to be zero */
     uint8_t kept;                      /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
     uint32_t block_offset;             /* large: offset of the block in the span (alignment) */
@@ -140,8 +144,14 @@ typedef struct lull_span_queue {
 /* A thread heap. Only its owner thread touches it, except remote_spans,
  * which other threads push to. Heaps are never freed: a dying thread's heap
  * is abandoned and adopted whole by the next new thread. */
+#define LULL_DIRECT_WORDS 129 /* (size + 7) >> 3 for sizes up to 1 KiB */
+
 typedef struct lull_heap {
-    lull_span *current[LULL_CLASSES]; /* fast path: first span of each class */
+    /* fast path of malloc(size <= 1 KiB): direct[(size + 7) >> 3] is
+     * current[class of size], so malloc needs no class lookup (2 instructions
+     * fewer, callgrind); kept in step by lull_heap_set_current */
+    lull_span *direct[LULL_DIRECT_WORDS];
+    lull_span *current[LULL_CLASSES]; /* first span of each class */
     lull_span_queue queue[LULL_CLASSES];
     lull_span_queue full;              /* spans with no free block */
     _Atomic(lull_span *) remote_spans; /* spans that got remote frees */

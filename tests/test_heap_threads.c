@@ -250,7 +250,7 @@ static void *full_owner(void *arg) {
         full_ptrs[full_n++] = lull_malloc(FULL_SIZE);
     full_victim = full_ptrs[cap / 2];
     full_span = lull_span_of(lull_segment_of(full_victim), full_victim);
-    full_was_full = full_span->in_full && full_span->free == NULL;
+    full_was_full = lull_span_in_full(full_span) && full_span->free == NULL;
     full_remote_before = atomic_load(&lull_tl_heap->remote_frees);
     pthread_barrier_wait(&full_bar); /* the other thread frees the victim */
     pthread_barrier_wait(&full_bar);
