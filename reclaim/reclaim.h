@@ -1,9 +1,10 @@
 /* The reclaim thread: the only thread of the process that gives memory back
  * to the kernel. It claims FREE_DIRTY slices older than the purge delay,
  * purges them in batches through a purge backend (io_uring by default),
- * unmaps freed huge blocks, and publishes statistics. Request threads only
- * push onto its huge-block queue (one atomic push) and never wake it with a
- * system call: it finds its work on its own tick. */
+ * keeps freed huge mappings in a bounded cache (purged after the delay,
+ * unmapped when unused for long), and publishes statistics. Request threads
+ * only put freed huge mappings into its cache or queue (atomic operations)
+ * and never wake it with a system call: it finds its work on its own tick. */
 #ifndef LULL_RECLAIM_H
 #define LULL_RECLAIM_H
 
@@ -18,8 +19,9 @@ typedef struct lull_reclaim_stats {
     uint64_t purge_runs;      /* slice runs purged */
     uint64_t purged_bytes;    /* total, all backends */
     uint64_t purge_failures;  /* runs the kernel refused (slices went back to dirty) */
-    uint64_t huge_freed;      /* huge blocks given back */
+    uint64_t huge_freed;      /* huge mappings unmapped */
     uint64_t huge_freed_bytes;
+    uint64_t huge_purged_bytes; /* cached huge mappings purged (kept mapped for reuse) */
     uint64_t inline_purges;   /* purges done on a request thread (inline_purge=on) */
     bool running;
     bool start_failed;
@@ -30,7 +32,8 @@ typedef struct lull_reclaim_stats {
 } lull_reclaim_stats;
 
 void lull_reclaim_register(void);
-/* Queue a freed huge block (called from free on any thread). */
+/* Hand a freed huge block to the reclaim thread: its cache, or its queue
+ * (called from free on any thread; no system call). */
 void lull_reclaim_huge_push(lull_huge *h);
 void lull_reclaim_get_stats(lull_reclaim_stats *out);
 /* The purge delay the next tick uses (resolves "auto"). */

@@ -1,16 +1,19 @@
 /* The reclaim thread; see reclaim.h.
  *
- * One tick: unmap the queued huge blocks (purged first in short madvise
- * calls, so munmap itself holds the mmap lock only briefly), then, for each
- * arena, claim the FREE_DIRTY slices older than the purge delay, purge them
- * as one batch through the backend, and mark them FREE_CLEAN (or put them
- * back as FREE_DIRTY if the kernel refused). The thread sleeps between
- * ticks on a futex that only lull_reclaim_now() wakes: short sleeps while
- * there is work, growing to IDLE_TICK_MS when there is none. */
+ * One tick: the huge mappings (reclaim/huge_reclaim.c: cache the freed ones,
+ * purge them after the purge delay, unmap those unused for long or beyond
+ * the cache's bound), then, for each arena, claim the FREE_DIRTY slices
+ * older than the purge delay, purge them as one batch through the backend,
+ * and mark them FREE_CLEAN (or put them back as FREE_DIRTY if the kernel
+ * refused). The thread sleeps between ticks on a futex that only
+ * lull_reclaim_now() wakes: short sleeps while there is work, growing to
+ * IDLE_TICK_MS when there is none. */
 #include "reclaim/reclaim.h"
 #include "lull.h"
 #include "numa/arena.h"
+#include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
+#include "reclaim/huge_reclaim.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/refault.h"
@@ -78,41 +81,6 @@ static int effective_advice(void) {
     }
 }
 
-/* Purge [addr, addr+len) in calls of at most PURGE_RANGE_MAX, all in one
- * backend batch per PURGE_RING_ENTRIES. */
-static void purge_span_of_memory(void *addr, size_t len, int advice) {
-    purge_range ranges[PURGE_RING_ENTRIES];
-    size_t n = 0;
-    for (size_t off = 0; off < len; off += PURGE_RANGE_MAX) {
-        size_t l = len - off < PURGE_RANGE_MAX ? len - off : PURGE_RANGE_MAX;
-        ranges[n++] = (purge_range){(char *)addr + off, l};
-        if (n == PURGE_RING_ENTRIES) {
-            purge_backend_run(&R.backend, ranges, n, advice, NULL);
-            n = 0;
-        }
-    }
-    if (n) purge_backend_run(&R.backend, ranges, n, advice, NULL);
-}
-
-static bool tick_huge(void) {
-    lull_huge *list = lull_huge_queue_take_all();
-    bool work = list != NULL;
-    while (list) {
-        lull_huge *h = list;
-        list = h->next;
-        size_t len = h->map_len;
-        lull_huge_queue_forget_taken(h);
-        /* the header page last: it describes the mapping until the unmap */
-        purge_span_of_memory((char *)h + LULL_PAGE_SIZE,
-                             (size_t)((char *)h->map_base + len - ((char *)h + LULL_PAGE_SIZE)),
-                             MADV_DONTNEED);
-        lull_huge_unmap(h);
-        STAT_ADD(huge_freed, 1);
-        STAT_ADD(huge_freed_bytes, len);
-    }
-    return work;
-}
-
 void purge_ranges_of_runs(const lull_slice_run *runs, size_t n, purge_range *ranges) {
     for (size_t i = 0; i < n; i++) {
         ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
@@ -166,15 +134,26 @@ static bool tick_lazy(lull_arena *a, uint32_t now) {
     return n > 0;
 }
 
+static bool tick_huge(uint32_t now, long delay, int advice) {
+    lull_huge_reclaim_counts c = {0};
+    bool work = lull_huge_reclaim_tick(&R.backend, now, delay, advice, &c);
+    STAT_ADD(huge_freed, c.unmapped);
+    STAT_ADD(huge_freed_bytes, c.unmapped_bytes);
+    STAT_ADD(purged_bytes, c.purged_bytes);
+    STAT_ADD(huge_purged_bytes, c.purged_bytes);
+    STAT_ADD(purge_failures, c.purge_failures);
+    return work;
+}
+
 static bool tick(void) {
-    bool work = tick_huge();
     uint32_t now = lull_now_ms();
     if (__atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED) == LULL_PURGE_DELAY_AUTO)
         lull_policy_delay(&lull_the_policy, now);
     long delay = lull_reclaim_effective_delay();
     __atomic_store_n(&R.stats.delay_ms, delay, __ATOMIC_RELAXED);
+    int advice = delay >= 0 ? effective_advice() : MADV_DONTNEED;
+    bool work = tick_huge(now, delay, advice);
     if (delay >= 0) {
-        int advice = effective_advice();
         __atomic_store_n(&R.stats.mode, advice == MADV_FREE ? LULL_MODE_FREE : LULL_MODE_DONTNEED,
                          __ATOMIC_RELAXED);
         uint32_t freed_before = now - (uint32_t)delay;
@@ -259,31 +238,39 @@ failed:
                      : " (inline_purge=on purges on freeing threads)");
 }
 
-/* No reclaim thread: a huge malloc reuses a queued block that fits (first
+/* A huge malloc takes a cached mapping that fits. With no reclaim thread
+ * there is no cache to speak of: it reuses a queued block that fits (first
  * fit), so freed huge blocks do not pile up. The queue is taken whole and
  * the others pushed back; request threads race only on the lock-free
  * queue. */
-static lull_huge *huge_reuse(size_t size) {
-    if (atomic_load_explicit(&R.running, memory_order_relaxed)) return NULL;
-    lull_huge *list = lull_huge_queue_take_all(), *found = NULL;
+static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
+    lull_huge *found = lull_huge_cache_take(size, node, zeroed);
+    if (found || atomic_load_explicit(&R.running, memory_order_relaxed)) return found;
+    lull_huge *list = lull_huge_queue_take_all();
     while (list) {
         lull_huge *h = list;
         list = h->next;
         size_t room = (size_t)((char *)h->map_base + h->map_len - ((char *)h + h->block_offset));
-        if (!found && h->block_offset == LULL_SLICE_SIZE && room >= size && room / 2 <= size) {
-            lull_huge_queue_forget_taken(h);
+        int h_node = h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0;
+        lull_huge_queue_forget_taken(h);
+        if (!found && h->block_offset == LULL_SLICE_SIZE && h_node == node && room >= size &&
+            room / 2 <= size)
             found = h;
-        } else {
-            lull_huge_queue_forget_taken(h);
+        else
             lull_huge_queue_push(h);
-        }
     }
+    *zeroed = false;
     return found;
 }
 
+/* free() of a huge block, on any thread: into the cache when the reclaim
+ * thread runs (it purges and unmaps from there), else onto its queue. */
 void lull_reclaim_huge_push(lull_huge *h) {
-    if (!atomic_load_explicit(&R.running, memory_order_relaxed) &&
-        __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)) {
+    if (atomic_load_explicit(&R.running, memory_order_relaxed)) {
+        if (!lull_huge_cache_put(h, lull_now_ms())) lull_huge_queue_push(h);
+        return;
+    }
+    if (__atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)) {
         /* any request thread: not the single-writer STAT_ADD */
         __atomic_fetch_add(&R.stats.inline_purges, 1, __ATOMIC_RELAXED);
         lull_huge_unmap(h);
@@ -317,6 +304,7 @@ void lull_reclaim_get_stats(lull_reclaim_stats *out) {
     STAT_GET(purge_failures);
     STAT_GET(huge_freed);
     STAT_GET(huge_freed_bytes);
+    STAT_GET(huge_purged_bytes);
     STAT_GET(inline_purges);
     STAT_GET(backend);
     STAT_GET(delay_ms);
@@ -342,6 +330,7 @@ static void reclaim_fork_child(void) {
      * never be used: forget it and start our own */
     purge_backend_forget_after_fork(&R.backend);
     lull_refault_after_fork_child();
+    lull_huge_cache_after_fork_child();
     bool was_running = atomic_load(&R.running);
     atomic_store(&R.running, false);
     atomic_store(&R.started, false);

@@ -16,6 +16,11 @@ lull_config_t lull_config = {
     .numa = LULL_NUMA_LOCAL,
     .counter_page = true,
     .warm_reserve_bytes = (size_t)64 << 20,
+    /* enough for a few buffers of the sizes servers churn (tens to hundreds
+     * of MiB) to skip mmap and page faults; purged ones cost address space
+     * only, and all go after 10 s unused */
+    .huge_cache_bytes = (size_t)1024 << 20,
+    .huge_cache_idle_ms = 10000,
 };
 
 static bool loaded;
@@ -211,6 +216,18 @@ static bool set_warm(const char *v, size_t len) {
     __atomic_store_n(&lull_config.warm_reserve_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
     return true;
 }
+static bool set_huge_cache(const char *v, size_t len) {
+    long x;
+    if (!parse_long(v, len, &x) || x < 0 || x > (1L << 26)) return false;
+    __atomic_store_n(&lull_config.huge_cache_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
+    return true;
+}
+static bool set_huge_cache_idle(const char *v, size_t len) {
+    long x;
+    if (!parse_long(v, len, &x) || x < 0 || x > 86400000L) return false;
+    __atomic_store_n(&lull_config.huge_cache_idle_ms, x, __ATOMIC_RELAXED);
+    return true;
+}
 
 static const struct {
     const char *key;
@@ -230,6 +247,8 @@ static const struct {
     {"strict_checks", set_strict, "on or off", false},
     {"warm_reserve_mb", set_warm, "MiB, 0 to 1048576", false},
     {"inline_purge", set_inline_purge, "on or off", false},
+    {"huge_cache_mb", set_huge_cache, "MiB, 0 to 67108864", false},
+    {"huge_cache_idle_ms", set_huge_cache_idle, "milliseconds, 0 to 86400000", false},
 };
 
 static bool set_one(const char *key, size_t klen, const char *v, size_t vlen, const char *origin) {
@@ -300,7 +319,7 @@ size_t lull_config_format(char *buf, size_t len) {
         snprintf(buf, len,
                  "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
                  "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
-                 "inline_purge=%d,reclaim_cpu=%s",
+                 "inline_purge=%d,reclaim_cpu=%s,huge_cache_mb=%zu,huge_cache_idle_ms=%ld",
                  delay, modes[__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)],
                  backends[lull_config.backend], switches[lull_config.refault_monitor],
                  numas[lull_config.numa],
@@ -311,6 +330,8 @@ size_t lull_config_format(char *buf, size_t len) {
                  __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED),
                  __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> 20,
                  __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED),
-                 lull_config.reclaim_cpus_set ? "set" : "any");
+                 lull_config.reclaim_cpus_set ? "set" : "any",
+                 __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED) >> 20,
+                 __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED));
     return n < 0 ? 0 : (size_t)n;
 }

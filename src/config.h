@@ -41,6 +41,8 @@ typedef struct {
     cpu_set_t reclaim_cpus;  /* reclaim thread and its io-wq workers */
     size_t warm_reserve_bytes; /* upper bound of the prefaulted warm reserve */
     bool inline_purge;       /* purge on the freeing thread if no reclaim thread */
+    size_t huge_cache_bytes; /* bound of the freed huge mappings kept for reuse */
+    long huge_cache_idle_ms; /* a cached huge mapping unused this long is unmapped */
 } lull_config_t;
 
 extern lull_config_t lull_config;

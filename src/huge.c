@@ -25,21 +25,26 @@ static lull_huge_accounting *acct_of(const lull_huge *h) {
 #define ACCT_ADD(field, v) atomic_fetch_add_explicit(&a->field, (v), memory_order_relaxed)
 #define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
-lull_huge *(*lull_huge_reuse_hook)(size_t size);
+lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
 
-/* Take back a freed huge block whose mapping fits `size` (only when no
- * reclaim thread gives them back: lull then reuses them instead). */
-static void *huge_reuse(size_t size, size_t alignment, bool *zeroed) {
+/* Take back a freed huge mapping that fits `size`: no mmap, and no page
+ * faults either while it is still dirty. */
+static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
     if (!lull_huge_reuse_hook || alignment > LULL_SLICE_SIZE) return NULL;
-    lull_huge *h = lull_huge_reuse_hook(size);
-    if (!h) return NULL;
+    if (node < 0 || node >= LULL_MAX_NODES) node = 0; /* as acct_of() files it */
+    lull_huge *h = lull_huge_reuse_hook(size, node, zeroed);
+    if (!h) {
+        lull_huge_accounting *a = &lull_huge_acct[node];
+        ACCT_ADD(fresh, 1);
+        return NULL;
+    }
     lull_huge_accounting *a = acct_of(h);
     ACCT_SUB(freed, h->usable + h->block_offset);
     ACCT_ADD(live, h->usable);
     ACCT_ADD(metadata, h->block_offset);
+    ACCT_ADD(reused, 1);
     h->size = size;
     atomic_store_explicit(&h->freed, 0, memory_order_release);
-    *zeroed = false;
     return (char *)h + h->block_offset;
 }
 
@@ -51,7 +56,7 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
         errno = ENOMEM;
         return NULL;
     }
-    void *reused = huge_reuse(size, alignment, zeroed);
+    void *reused = huge_reuse(size, alignment, zeroed, node);
     if (reused) return reused;
     size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
                     : alignment <= LULL_SEGMENT_SIZE ? alignment

@@ -1,7 +1,9 @@
 /* Huge blocks (over LULL_LARGE_MAX): a mapping each, whose header sits at a
  * 32 MiB boundary so the address mask finds it like a segment. Freeing one
- * never unmaps on the calling thread: the block goes to the reclaim
- * thread's queue and free() returns at once. */
+ * never unmaps on the calling thread: the mapping goes to the reclaim
+ * thread (its cache of freed mappings, or its queue) and free() returns at
+ * once; a later huge malloc takes a cached mapping that fits instead of
+ * mapping a new one. */
 #ifndef LULL_HUGE_H
 #define LULL_HUGE_H
 
@@ -9,9 +11,13 @@
 
 /* Every huge byte is in one of these, per node: mapped = live + metadata
  * (header and alignment pad) + slack (address space before the aligned
- * header, never touched) + freed (queued for the reclaim thread). */
+ * header, never touched) + freed (queued for the reclaim thread) + the
+ * header and block of the mappings in the reclaim thread's cache, which its
+ * own walk counts (reclaim/huge_cache.h: a cached mapping is in one slot
+ * word, and the walk reads only those words). */
 typedef struct lull_huge_accounting {
     _Atomic uint64_t mapped, live, metadata, slack, freed;
+    _Atomic uint64_t reused, fresh; /* counts: allocations that reused a freed mapping / mapped */
 } lull_huge_accounting;
 extern lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
 
@@ -22,12 +28,14 @@ void lull_huge_free(lull_huge *h, void *p);
  * address space after it is free. False: the caller must copy. */
 bool lull_huge_grow_in_place(lull_huge *h, size_t size);
 /* Hand a freed huge block to whoever gives it back to the kernel (the
- * reclaim thread's queue; set by reclaim/). */
+ * reclaim thread's cache or queue; set by reclaim/). */
 extern void (*lull_huge_release_hook)(lull_huge *h);
-/* A freed huge block (block offset one slice) with room for `size`, taken
- * off the reclaim queue, or NULL; set by reclaim/ while no reclaim thread
- * runs. */
-extern lull_huge *(*lull_huge_reuse_hook)(size_t size);
+/* A freed huge block (block offset one slice) of arena `node` with room for
+ * `size`, taken from the reclaim thread's cache (or its queue while no
+ * reclaim thread runs) without a system call, accounted as `freed`; or
+ * NULL. *zeroed: its block is known to be zero (purged with MADV_DONTNEED).
+ * Set by reclaim/. */
+extern lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
 /* Unmap a huge block's mapping (only ever called by the reclaim thread, or
  * inline when configured and no reclaim thread runs). */
 void lull_huge_unmap(lull_huge *h);

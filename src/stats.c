@@ -2,6 +2,7 @@
 #include "src/stats.h"
 #include "lull.h"
 #include "numa/arena.h"
+#include "reclaim/huge_cache.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim.h"
 #include "reclaim/refault.h"
@@ -137,6 +138,11 @@ void lull_stats_collect(struct lull_counters *out) {
     out->page_size = LULL_PAGE_SIZE;
     int nodes = lull_arena_count;
     out->node_count = (uint64_t)nodes;
+    /* cached huge mappings: one word each, read once (reclaim/huge_cache.h) */
+    uint64_t c_dirty[LULL_MAX_NODES] = {0}, c_purging[LULL_MAX_NODES] = {0},
+             c_purged[LULL_MAX_NODES] = {0}, c_meta[LULL_MAX_NODES] = {0},
+             c_bytes[LULL_MAX_NODES] = {0};
+    lull_huge_cache_account(c_dirty, c_purging, c_purged, c_meta, c_bytes);
     for (int n = 0; n < nodes; n++) {
         struct lull_counters_node *node = &out->nodes[n];
         node->node_id = (uint64_t)lull_arenas[n].node;
@@ -152,6 +158,14 @@ void lull_stats_collect(struct lull_counters *out) {
         node->acct.metadata += meta;
         node->acct.purged += slack;
         node->acct.dirty += freed;
+        node->acct.mapped += c_bytes[n];
+        node->acct.dirty += c_dirty[n];
+        node->acct.purging += c_purging[n];
+        node->acct.purged += c_purged[n];
+        node->acct.metadata += c_meta[n];
+        node->huge_cache_bytes = c_bytes[n];
+        node->huge_cache_hits = atomic_load_explicit(&h->reused, memory_order_relaxed);
+        node->huge_cache_misses = atomic_load_explicit(&h->fresh, memory_order_relaxed);
     }
     uint64_t heap_bytes = atomic_load(&lull_heap_chunk_bytes);
     out->nodes[0].acct.mapped += heap_bytes;
@@ -213,6 +227,12 @@ LULL_EXPORT void lull_print_stats(int fd) {
     lull_stats(&c);
     if (fd < 0) fd = 2;
     const struct lull_counters_accounting *a = &c.total;
+    uint64_t cache = 0, hits = 0, misses = 0;
+    for (uint64_t n = 0; n < c.node_count && n < LULL_COUNTERS_MAX_NODES; n++) {
+        cache += c.nodes[n].huge_cache_bytes;
+        hits += c.nodes[n].huge_cache_hits;
+        misses += c.nodes[n].huge_cache_misses;
+    }
     dprintf(fd,
             "lull %s: mapped %llu KiB = live %llu + rounding %llu + span_free %llu + dirty %llu + "
             "purging %llu + purged %llu + warm %llu + metadata %llu KiB (%s)\n",
@@ -224,13 +244,14 @@ LULL_EXPORT void lull_print_stats(int fd) {
             lull_counters_accounting_sum(a) == a->mapped ? "identity holds" : "IDENTITY BROKEN");
     dprintf(fd,
             "lull: reclaim %s, backend %s, purge delay %lld ms, mode %s, %llu ticks, %llu us cpu, "
-            "purged %llu KiB, huge unmapped %llu\n",
+            "purged %llu KiB, huge unmapped %llu, huge cache %llu KiB (%llu hits, %llu misses)\n",
             c.flags & LULL_COUNTERS_F_RECLAIM_THREAD ? "running" : "not running",
             lull_counters_backend_name(c.backend),
             c.purge_delay_ms == LULL_COUNTERS_DELAY_NEVER ? -1LL : (long long)c.purge_delay_ms,
             lull_counters_purge_mode_name(c.purge_mode), (unsigned long long)c.reclaim_ticks,
             (unsigned long long)c.reclaim_cpu_ns / 1000,
             (unsigned long long)(c.purge_bytes[1] + c.purge_bytes[2] + c.purge_bytes[3]) >> 10,
-            (unsigned long long)c.huge_unmapped);
+            (unsigned long long)c.huge_unmapped, (unsigned long long)cache >> 10,
+            (unsigned long long)hits, (unsigned long long)misses);
     dprintf(fd, "lull: config %s\n", c.config);
 }

@@ -316,9 +316,10 @@ Test(free_errors, double_free_of_a_huge_block_still_queued, .init = warm) {
     lull_free(p);
 }
 
-/* With the reclaim thread: once it unmapped the block, the second free finds
- * no lull memory there. */
+/* With the reclaim thread and no cache: once it unmapped the block, the
+ * second free finds no lull memory there. */
 static void double_free_huge_after_reclaim(void *p) {
+    if (!lull_configure("huge_cache_mb", "0")) _exit(4);
     lull_free(p);
     if (!lull_reclaim_now()) _exit(3);
     lull_reclaim_now();
@@ -332,6 +333,26 @@ Test(free_errors, double_free_of_a_huge_block_already_unmapped, .init = warm) {
     run_child(double_free_huge_after_reclaim, p, &r);
     cr_assert_not(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 3, "no reclaim thread");
     expect_abort(&r, p, "invalid pointer");
+    lull_free(p);
+}
+
+/* With the cache: the freed mapping stays mapped (purged) for reuse, and the
+ * second free sees its freed flag. */
+static void double_free_huge_cached(void *p) {
+    lull_free(p);
+    if (!lull_reclaim_now()) _exit(3);
+    lull_reclaim_now();
+    lull_free(p);
+}
+
+Test(free_errors, double_free_of_a_cached_huge_block, .init = warm) {
+    void *p = lull_malloc(20 * MiB);
+    cr_assert_not_null(p);
+    child_result r;
+    run_child(double_free_huge_cached, p, &r);
+    cr_assert_not(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 3, "no reclaim thread");
+    expect_abort(&r, p, "double free");
+    cr_assert_not_null(strstr(r.err, "huge"), "stderr: '%s'", r.err);
     lull_free(p);
 }
 
@@ -368,14 +389,19 @@ Test(free_errors, free_sized_with_a_wrong_size, .init = warm) {
 
 static void *remote_free_thread(void *p) {
     lull_free(p);
-    return NULL;
+    _exit(0); /* the free returned: the child exits 0, as run_child's would */
 }
 
+/* The child does not join the thread: under ThreadSanitizer (gcc 12's
+ * libtsan), the threads the parent had at fork stay in TSan's registry, a
+ * thread created here may get the pthread_t (the cached stack) of one of
+ * them, and pthread_join then makes TSan die ("dup thread with used id"). */
 static void strict_remote_interior(void *p) {
     if (!lull_configure("strict_checks", "on")) _exit(4);
     pthread_t t;
-    pthread_create(&t, NULL, remote_free_thread, p);
-    pthread_join(t, NULL);
+    if (pthread_create(&t, NULL, remote_free_thread, p) != 0) _exit(5);
+    for (;;)
+        pause();
 }
 
 Test(free_errors, strict_checks_catch_a_remote_free_of_an_interior_pointer, .init = warm) {

@@ -476,6 +476,8 @@ Test(malloc_api, a_huge_block_full_of_data_is_freed_and_unmapped, .init = init) 
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
+        /* not kept for reuse: the unmap is what this checks */
+        if (!lull_configure("huge_cache_mb", "0")) _exit(4);
         uintptr_t *p = lull_malloc(20 * MiB);
         if (!p) _exit(2);
         for (size_t i = 0; i < (256 * KiB) / sizeof *p; i++)

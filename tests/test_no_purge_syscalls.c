@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static size_t rss_bytes(void) {
@@ -162,4 +163,145 @@ Test(no_purge_syscalls, the_watch_sees_a_purge_when_one_is_made) {
     cr_assert_eq(pthread_create(&t, NULL, purging_thread, &seen), 0);
     pthread_join(t, NULL);
     cr_assert_geq(seen, 1, "the watch missed a madvise made by a watched thread");
+}
+
+/* ---- huge blocks in steady state: no system call at all ------------------ */
+
+/* A request thread that churns huge blocks takes the mapping it freed back
+ * from the reclaim thread's cache: after the first iterations (the first
+ * mmap, the thread's heap), no mmap, munmap or madvise, and in fact no
+ * system call at all, for malloc, calloc, aligned_alloc and a realloc into
+ * a huge block. The purge delay is long here, so no purge is running when
+ * a malloc comes (a mapping being purged is never handed out: that malloc
+ * would map a new one). */
+
+#define CHURN_SIZE ((size_t)40 << 20)
+#define CHURN_WARM 3
+#define CHURN_STEADY 60
+
+typedef struct {
+    bool all_but; /* watch every call (except the vDSO clock fallbacks) */
+    int rounds;   /* in steady state */
+    int installed;
+    int ok;
+    size_t warm_events, steady_events;
+    uint64_t hits, misses;
+} churn_arg;
+
+static void cache_counts(uint64_t *hits, uint64_t *misses) {
+    struct lull_counters c;
+    lull_stats(&c);
+    *hits = *misses = 0;
+    for (uint64_t n = 0; n < c.node_count; n++) {
+        *hits += c.nodes[n].huge_cache_hits;
+        *misses += c.nodes[n].huge_cache_misses;
+    }
+}
+
+/* One round: every huge entry point once, each block touched page by page
+ * and checked. */
+static int churn_round(unsigned seed) {
+    int ok = 1;
+    char *p = lull_malloc(CHURN_SIZE);
+    fill(p, CHURN_SIZE, seed);
+    ok &= check(p, CHURN_SIZE, seed);
+    lull_free(p);
+    char *z = lull_calloc(1, CHURN_SIZE);
+    for (size_t i = 0; i < CHURN_SIZE; i += 4096)
+        ok &= z[i] == 0 && z[i + 4095] == 0;
+    fill(z, CHURN_SIZE, seed + 1);
+    lull_free(z);
+    char *a = lull_aligned_alloc(65536, CHURN_SIZE);
+    ok &= ((uintptr_t)a & 65535) == 0;
+    fill(a, CHURN_SIZE, seed + 2);
+    ok &= check(a, CHURN_SIZE, seed + 2);
+    lull_free(a);
+    char *r = lull_malloc(100000);
+    fill(r, 100000, seed + 3);
+    r = lull_realloc(r, CHURN_SIZE);
+    ok &= check(r, 100000, seed + 3);
+    fill(r, CHURN_SIZE, seed + 4);
+    lull_free(r);
+    return ok;
+}
+
+static void *churn_thread(void *argp) {
+    churn_arg *a = argp;
+    static const long extra[] = {SYS_mmap, SYS_mprotect, SYS_brk};
+    /* the clock calls fall back to the kernel only where the vDSO cannot
+     * read the clock (a property of the machine, not of lull) */
+    static const long clocks[] = {SYS_clock_gettime, SYS_gettimeofday, SYS_time, SYS_getcpu};
+    a->installed = (a->all_but ? syscall_watch_install_all_but(clocks, 4)
+                               : syscall_watch_install_also(extra, 3)) == 0;
+    a->ok = 1;
+    size_t n0 = syscall_watch_count();
+    for (int i = 0; i < CHURN_WARM; i++)
+        a->ok &= churn_round((unsigned)i);
+    size_t n1 = syscall_watch_count();
+    uint64_t h0, m0;
+    cache_counts(&h0, &m0);
+    size_t n2 = syscall_watch_count(); /* (lull_stats makes no call either) */
+    for (int i = 0; i < a->rounds; i++)
+        a->ok &= churn_round((unsigned)i * 7);
+    size_t n3 = syscall_watch_count();
+    uint64_t h1, m1;
+    cache_counts(&h1, &m1);
+    syscall_watch_thread_done();
+    a->warm_events = n1 - n0;
+    a->steady_events = n3 - n2;
+    a->hits = h1 - h0;
+    a->misses = m1 - m0;
+    return NULL;
+}
+
+static void run_churn(bool all_but) {
+    lull_set_purge_delay_ms(60000);
+    cr_assert(lull_configure("huge_cache_idle_ms", "60000"));
+    cr_assert(lull_reclaim_now(), "the reclaim thread must be running");
+    cr_assert_eq(syscall_watch_start(), 0, "seccomp user notification unavailable");
+    syscall_watch_reset();
+    churn_arg a = {.all_but = all_but, .rounds = CHURN_STEADY};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, churn_thread, &a), 0);
+    pthread_join(t, NULL);
+    cr_assert(a.installed, "the watch was not installed");
+    cr_assert(a.ok, "a huge block's content was wrong");
+    cr_log_info("%s: %zu watched calls in the first %d rounds, %zu in the next %d; cache %llu "
+                "hits, %llu misses",
+                all_but ? "every call" : "mmap/munmap/madvise/...", a.warm_events, CHURN_WARM,
+                a.steady_events, CHURN_STEADY, (unsigned long long)a.hits,
+                (unsigned long long)a.misses);
+    if (a.steady_events) syscall_watch_dump(0);
+    cr_assert_eq(a.steady_events, 0, "%zu system calls in steady state", a.steady_events);
+    /* every huge allocation of the steady rounds reused the cached mapping */
+    cr_assert_eq(a.hits, 4 * CHURN_STEADY);
+    cr_assert_eq(a.misses, 0);
+    lull_set_purge_delay_ms(-2);
+}
+
+Test(no_purge_syscalls, huge_block_churn_makes_no_mmap_munmap_or_madvise, .timeout = 120) {
+    run_churn(false);
+}
+
+Test(no_purge_syscalls, huge_block_churn_makes_no_system_call_at_all, .timeout = 120) {
+    run_churn(true);
+}
+
+/* The counter-test: the same churn with a cache bound of 0 maps and unmaps
+ * every block, and the watch sees the mmaps. */
+Test(no_purge_syscalls, without_the_cache_the_churn_maps_every_block, .timeout = 120) {
+    cr_assert(lull_configure("huge_cache_mb", "0"));
+    lull_set_purge_delay_ms(60000);
+    cr_assert(lull_reclaim_now());
+    cr_assert_eq(syscall_watch_start(), 0);
+    syscall_watch_reset();
+    churn_arg a = {.all_but = false, .rounds = 8}; /* each block faults in anew: slow */
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, churn_thread, &a), 0);
+    pthread_join(t, NULL);
+    cr_assert(a.installed && a.ok);
+    cr_assert_geq(a.steady_events, (size_t)a.rounds, "only %zu mmap calls seen",
+                  a.steady_events);
+    cr_assert_eq(a.hits, 0);
+    lull_set_purge_delay_ms(-2);
 }

@@ -28,9 +28,18 @@
 
 #ifdef LULL_SANITIZED
 #define SCALE 3
+#if defined(__SANITIZE_THREAD__)
+/* ThreadSanitizer's shadow of the memory the test touched stays resident:
+ * 16 bytes per 8-byte cell, so touch()'s one byte per page (and the last
+ * one) makes one shadow page per page and one more per block. It is the
+ * sanitizer's, not lull's: TSan does not see lull's purges (madvise through
+ * io_uring by default). resident_in_blocks() still checks lull's memory. */
+#define SHADOW(bytes) ((bytes) + (bytes) / 8)
+#else
 /* AddressSanitizer's shadow of the memory the test touched (1/8 of it) may
  * stay resident: it is the sanitizer's, not lull's */
 #define SHADOW(bytes) ((bytes) / 8)
+#endif
 #else
 #define SCALE 1
 #define SHADOW(bytes) ((size_t)0)
@@ -134,7 +143,14 @@ Test(reclaim, rss_falls_after_a_huge_block_is_freed, .init = setup_rss, .timeout
     cr_log_info("RSS %zu MiB -> %zu MiB -> %zu MiB", before >> 20, peak >> 20, after >> 20);
     cr_assert_leq(after, bound, "RSS %zu MiB after freeing (before %zu MiB, bound %zu MiB)",
                   after >> 20, before >> 20, bound >> 20);
-    cr_assert_not(lull_owns(p), "the huge block is still mapped");
+    /* unmapped, or kept in the reclaim thread's cache purged: either way
+     * none of it resident (mincore fails on an unmapped range) */
+    static unsigned char vec[TOTAL / PAGE];
+    size_t resident = 0;
+    if (mincore(p, TOTAL, vec) == 0)
+        for (size_t k = 0; k < TOTAL / PAGE; k++)
+            resident += vec[k] & 1;
+    cr_assert_eq(resident, 0, "%zu pages of the freed huge block still resident", resident);
 }
 
 /* The counter-test: with a delay the test never reaches, and with "never",
@@ -300,15 +316,19 @@ Test(reclaim, no_live_block_is_zeroed_by_a_purge, .timeout = 180) {
     pthread_join(r, NULL);
     lull_reclaim_get_stats(&s1);
     cr_assert_not(atomic_load(&live_failed), "%s", live_msg);
-    cr_log_info("%lu reclaim_now calls, %lu MiB purged in %lu runs, %lu huge freed",
+    cr_log_info("%lu reclaim_now calls, %lu MiB purged in %lu runs, %lu huge freed, %lu MiB of "
+                "cached huge mappings purged",
                 atomic_load(&reclaim_calls),
                 (unsigned long)((s1.purged_bytes - s0.purged_bytes) >> 20),
                 (unsigned long)(s1.purge_runs - s0.purge_runs),
-                (unsigned long)(s1.huge_freed - s0.huge_freed));
-    /* the purges really ran while the blocks moved */
+                (unsigned long)(s1.huge_freed - s0.huge_freed),
+                (unsigned long)((s1.huge_purged_bytes - s0.huge_purged_bytes) >> 20));
+    /* the purges really ran while the blocks moved (freed huge mappings are
+     * purged in the reclaim thread's cache, or unmapped) */
     cr_assert_gt(atomic_load(&reclaim_calls), 10ul);
     cr_assert_gt(s1.purge_runs - s0.purge_runs, 10u);
-    cr_assert_gt(s1.huge_freed - s0.huge_freed, 0u);
+    cr_assert_gt((s1.huge_freed - s0.huge_freed) + (s1.huge_purged_bytes - s0.huge_purged_bytes),
+                 0u);
 }
 
 /* ---- the purge delay API ------------------------------------------------ */

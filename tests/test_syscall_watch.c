@@ -39,11 +39,14 @@ static void *map(size_t len) {
 }
 
 /* Find the index of the first stored event of tid with number nr at or
- * after index from; -1 if none. */
+ * after index from; -1 if none. Calls a sanitizer runtime made itself are
+ * passed over (ThreadSanitizer's munmap interceptor unmaps shadow memory
+ * with a munmap of its own before it calls the real munmap). */
 static long find_event(const struct syscall_watch_event *ev, size_t n, size_t from, pid_t tid,
                        long nr) {
     for (size_t i = from; i < n; i++)
-        if (ev[i].tid == tid && ev[i].nr == nr) return (long)i;
+        if (ev[i].tid == tid && ev[i].nr == nr && !(ev[i].flags & SYSCALL_WATCH_RUNTIME))
+            return (long)i;
     return -1;
 }
 

@@ -259,6 +259,21 @@ static uint64_t node_count(const struct lull_counters *c) {
     return c->node_count < LULL_COUNTERS_MAX_NODES ? c->node_count : LULL_COUNTERS_MAX_NODES;
 }
 
+/* The huge-mapping cache's counters, summed over the nodes. */
+typedef struct {
+    uint64_t hits, misses, bytes;
+} huge_cache_sum;
+
+static huge_cache_sum huge_cache_of(const struct lull_counters *c) {
+    huge_cache_sum s = {0, 0, 0};
+    for (uint64_t i = 0; i < node_count(c); i++) {
+        s.hits += c->nodes[i].huge_cache_hits;
+        s.misses += c->nodes[i].huge_cache_misses;
+        s.bytes += c->nodes[i].huge_cache_bytes;
+    }
+    return s;
+}
+
 static bool identity_ok(const struct lull_counters_accounting *a) {
     return lull_counters_accounting_sum(a) == a->mapped;
 }
@@ -397,6 +412,9 @@ static void print_text(const struct page *pg, const struct lull_counters *c, boo
            c->backend_fallbacks);
     printf("  huge unmapped      %" PRIu64 " blocks, %" PRIu64 " bytes (%s)\n", c->huge_unmapped,
            c->huge_unmapped_bytes, human(h, sizeof h, (double)c->huge_unmapped_bytes, false));
+    huge_cache_sum hc = huge_cache_of(c);
+    printf("  huge cache         %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " bytes (%s)\n",
+           hc.hits, hc.misses, hc.bytes, human(h, sizeof h, (double)hc.bytes, false));
     printf("  malloc calls       %" PRIu64 "\n", c->malloc_count);
     printf("  free calls         %" PRIu64 "\n", c->free_count);
 
@@ -496,10 +514,13 @@ static void print_json(const struct page *pg, const struct lull_counters *c, boo
     fprintf(f,
             ",\"thread_running\":%s,\"cpu_ns\":%" PRIu64 ",\"ticks\":%" PRIu64
             ",\"purge_errors\":%" PRIu64 ",\"backend_fallbacks\":%" PRIu64
-            ",\"huge_unmapped\":%" PRIu64 ",\"huge_unmapped_bytes\":%" PRIu64 ",\"purges\":{",
+            ",\"huge_unmapped\":%" PRIu64 ",\"huge_unmapped_bytes\":%" PRIu64
+            ",\"huge_cache\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"bytes\":%" PRIu64
+            "},\"purges\":{",
             (c->flags & LULL_COUNTERS_F_RECLAIM_THREAD) ? "true" : "false", c->reclaim_cpu_ns,
             c->reclaim_ticks, c->purge_errors, c->backend_fallbacks, c->huge_unmapped,
-            c->huge_unmapped_bytes);
+            c->huge_unmapped_bytes, huge_cache_of(c).hits, huge_cache_of(c).misses,
+            huge_cache_of(c).bytes);
     for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
         fprintf(f,
                 "%s\"%s\":{\"calls\":%" PRIu64 ",\"syscalls\":%" PRIu64 ",\"bytes\":%" PRIu64 "}",
@@ -602,6 +623,13 @@ static void print_prom(const struct lull_counters *c) {
     printf("lull_huge_unmapped_total{%s} %" PRIu64 "\n", pid, c->huge_unmapped);
     prom_head("huge_unmapped_bytes_total", "counter", "Bytes of huge blocks unmapped.");
     printf("lull_huge_unmapped_bytes_total{%s} %" PRIu64 "\n", pid, c->huge_unmapped_bytes);
+    huge_cache_sum hc = huge_cache_of(c);
+    prom_head("huge_cache_hits_total", "counter", "Huge allocations that reused a cached mapping.");
+    printf("lull_huge_cache_hits_total{%s} %" PRIu64 "\n", pid, hc.hits);
+    prom_head("huge_cache_misses_total", "counter", "Huge allocations that mapped anew.");
+    printf("lull_huge_cache_misses_total{%s} %" PRIu64 "\n", pid, hc.misses);
+    prom_head("huge_cache_bytes", "gauge", "Bytes of freed huge mappings kept for reuse.");
+    printf("lull_huge_cache_bytes{%s} %" PRIu64 "\n", pid, hc.bytes);
     prom_head("purge_delay_seconds", "gauge", "Purge delay in force (absent if purging is off).");
     if (c->purge_delay_ms != LULL_COUNTERS_DELAY_NEVER)
         printf("lull_purge_delay_seconds{%s} %.3f\n", pid, (double)c->purge_delay_ms / 1e3);

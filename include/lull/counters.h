@@ -142,7 +142,13 @@ struct lull_counters_node {
     struct lull_counters_accounting acct; /* the identity for memory placed on this node */
     uint64_t purge_bytes;                 /* count: bytes purged on this node */
     uint64_t refault_pages;               /* count: purged pages of this node touched again */
-    uint64_t reserved[4];
+    /* Freed huge blocks' mappings kept by the reclaim thread for reuse (an
+     * addition within v1: a page of an older writer has 0 here). */
+    uint64_t huge_cache_hits;   /* count: huge allocations that took a freed mapping (no mmap) */
+    uint64_t huge_cache_misses; /* count: huge allocations that found none and mapped anew */
+    uint64_t huge_cache_bytes;  /* header slices and blocks of the cached mappings (in the
+                                 * dirty, purging, purged and metadata terms above) */
+    uint64_t reserved[1];
 };
 
 struct lull_counters {
@@ -297,14 +303,16 @@ static inline int lull_counters_snapshot(const volatile struct lull_counters *pa
 #endif
             continue;
         }
+        /* Acquire loads: the copy's loads complete before the second read
+         * of seq; if any of them saw a later publication's (release)
+         * store, the second read sees that publication's odd (or later)
+         * seq. (Acquire loads rather than relaxed ones and a fence:
+         * ThreadSanitizer does not model fences; on x86 all are plain
+         * moves.) */
         for (size_t i = 0; i < words; i++) {
-            uint64_t w = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+            uint64_t w = __atomic_load_n(&src[i], __ATOMIC_ACQUIRE);
             __builtin_memcpy((char *)out + i * sizeof(uint64_t), &w, sizeof w);
         }
-        /* Acquire fence: the copy's loads complete before the second read
-         * of seq; if any of them saw a later publication's store, the
-         * second read sees that publication's odd (or later) seq. */
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
         uint64_t s2 = __atomic_load_n(seqp, __ATOMIC_RELAXED);
         if (s1 == s2) {
             out->seq = s1;

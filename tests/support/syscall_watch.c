@@ -33,6 +33,7 @@
 #define __X32_SYSCALL_BIT 0x40000000
 #endif
 
+#define NR_MMAP 9
 #define NR_MADVISE 28
 #define NR_MUNMAP 11
 #define NR_MREMAP 25
@@ -60,8 +61,10 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER; /* slots and sync progr
 static bool g_started;
 static bool g_poisoned;    /* forked from a watched thread: no supervisor possible */
 static int g_wake_fd = -1; /* eventfd the supervisor polls besides the listeners */
-static int g_listeners[SYSCALL_WATCH_MAX_LISTENERS] = {[0 ... SYSCALL_WATCH_MAX_LISTENERS - 1] =
-                                                           SLOT_FREE};
+/* atomic: a newly watched thread stores its listener without g_lock (see
+ * install()) */
+static _Atomic int g_listeners[SYSCALL_WATCH_MAX_LISTENERS] = {
+    [0 ... SYSCALL_WATCH_MAX_LISTENERS - 1] = SLOT_FREE};
 static struct watched_thread g_threads[MAX_THREADS];
 static size_t g_nthreads, g_thread_cursor;
 static struct syscall_watch_event g_events[SYSCALL_WATCH_MAX_EVENTS];
@@ -72,6 +75,11 @@ static uint64_t g_sync_req, g_sync_done;
 static _Atomic int g_installs; /* filters installed in this process */
 
 static __thread bool t_installed;
+/* The calling thread's registry entry and tid, so that
+ * syscall_watch_thread_done() needs no lock and no call (a thread that
+ * watches every call must not wait for the supervisor inside g_lock). */
+static __thread struct watched_thread *t_self;
+static __thread pid_t t_tid;
 
 /* Code of shared sanitizer runtimes, found once at start. */
 #define MAX_RUNTIME_RANGES 16
@@ -185,7 +193,7 @@ static unsigned classify(const struct seccomp_notif *n) {
     if (in_runtime(n->data.instruction_pointer)) flags |= SYSCALL_WATCH_RUNTIME;
     struct watched_thread *t = thread_find((pid_t)n->pid);
     if (t) {
-        if (t->done) flags |= SYSCALL_WATCH_AFTER_DONE;
+        if (__atomic_load_n(&t->done, __ATOMIC_RELAXED)) flags |= SYSCALL_WATCH_AFTER_DONE;
         if (n->data.arch == AUDIT_ARCH_X86_64 && (nr & ~(long)__X32_SYSCALL_BIT) == NR_MADVISE &&
             t->stack_hi != 0) {
             uint64_t a = n->data.args[0], len = n->data.args[1];
@@ -376,15 +384,32 @@ int syscall_watch_start(void) {
 
 /* ---- installing --------------------------------------------------------- */
 
-static int build_filter(struct sock_filter *f) {
-    static const uint32_t x64[] = {NR_MADVISE,          NR_MUNMAP,         NR_MREMAP,
-                                   NR_PROCESS_MADVISE,  NR_IO_URING_SETUP, NR_IO_URING_ENTER,
-                                   NR_IO_URING_REGISTER};
+/* What a filter reports on x86-64: the base set plus `extra`, or (all_but)
+ * every call except those in `extra`. i386 calls: the base set. */
+struct watch_spec {
+    const long *extra;
+    size_t n;
+    bool all_but;
+};
+
+#define MAX_EXTRA 16
+
+static int build_filter(struct sock_filter *f, const struct watch_spec *spec) {
+    static const uint32_t base[] = {NR_MADVISE,          NR_MUNMAP,         NR_MREMAP,
+                                    NR_PROCESS_MADVISE,  NR_IO_URING_SETUP, NR_IO_URING_ENTER,
+                                    NR_IO_URING_REGISTER};
     static const uint32_t i386[] = {I386_NR_MADVISE,     I386_NR_MUNMAP,    I386_NR_MREMAP,
                                     NR_PROCESS_MADVISE,  NR_IO_URING_SETUP, NR_IO_URING_ENTER,
                                     NR_IO_URING_REGISTER};
-    enum { NX = sizeof x64 / sizeof x64[0], NI = sizeof i386 / sizeof i386[0] };
-    int n = 0, jx[NX], ji[NI];
+    enum { NB = sizeof base / sizeof base[0], NI = sizeof i386 / sizeof i386[0] };
+    uint32_t x64[NB + MAX_EXTRA];
+    int nx = 0;
+    if (!spec->all_but)
+        for (int i = 0; i < NB; i++)
+            x64[nx++] = base[i];
+    for (size_t i = 0; i < spec->n && i < MAX_EXTRA; i++)
+        x64[nx++] = (uint32_t)spec->extra[i];
+    int n = 0, jx[NB + MAX_EXTRA], ji[NI];
     f[n++] =
         (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
     int j_arch64 = n++, j_arch32 = n++;
@@ -393,14 +418,17 @@ static int build_filter(struct sock_filter *f) {
         (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
     /* x32 calls carry __X32_SYSCALL_BIT and the same numbers for these. */
     f[n++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_AND | BPF_K, ~(uint32_t)__X32_SYSCALL_BIT);
-    for (int i = 0; i < NX; i++)
+    for (int i = 0; i < nx; i++)
         jx[i] = n++;
-    f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    /* the x86-64 calls not in the list */
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, spec->all_but ? SECCOMP_RET_USER_NOTIF
+                                                                         : SECCOMP_RET_ALLOW);
     int i386_start = n;
     f[n++] =
         (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
     for (int i = 0; i < NI; i++)
         ji[i] = n++;
+    int allow = n;
     f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
     int notify = n;
     f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF);
@@ -411,8 +439,8 @@ static int build_filter(struct sock_filter *f) {
     JUMP(j_arch64, AUDIT_ARCH_X86_64, x64_start, j_arch32);
     /* An unknown architecture is reported whatever the call. */
     JUMP(j_arch32, AUDIT_ARCH_I386, i386_start, notify);
-    for (int i = 0; i < NX; i++)
-        JUMP(jx[i], x64[i], notify, jx[i] + 1);
+    for (int i = 0; i < nx; i++)
+        JUMP(jx[i], x64[i], spec->all_but ? allow : notify, jx[i] + 1);
     for (int i = 0; i < NI; i++)
         JUMP(ji[i], i386[i], notify, ji[i] + 1);
 #undef JUMP
@@ -420,24 +448,31 @@ static int build_filter(struct sock_filter *f) {
 }
 
 static void register_thread(uintptr_t lo, uintptr_t hi) {
+    pid_t tid = my_tid();
     pthread_mutex_lock(&g_lock);
-    struct watched_thread *t = thread_get(my_tid());
-    t->done = false;
+    struct watched_thread *t = thread_get(tid);
+    __atomic_store_n(&t->done, false, __ATOMIC_RELAXED);
     t->stack_lo = lo;
     t->stack_hi = hi;
+    t_self = t;
+    t_tid = tid;
     pthread_mutex_unlock(&g_lock);
 }
 
-int syscall_watch_install_on_this_thread(void) {
+static int install(const struct watch_spec *spec) {
     if (t_installed) return 0;
+    if (spec->n > MAX_EXTRA) {
+        errno = E2BIG;
+        return -1;
+    }
     if (syscall_watch_start() != 0) return -1;
 
     /* Everything that might allocate or call a watched syscall is done
      * before the filter goes on. */
     uintptr_t lo, hi;
     own_stack(&lo, &hi);
-    struct sock_filter filter[32];
-    struct sock_fprog prog = {.len = (unsigned short)build_filter(filter), .filter = filter};
+    struct sock_filter filter[64];
+    struct sock_fprog prog = {.len = (unsigned short)build_filter(filter, spec), .filter = filter};
 
     /* Reserve a listener slot first: once the filter is on, the thread must
      * not wait for anything the supervisor does not do by itself. */
@@ -466,6 +501,10 @@ int syscall_watch_install_on_this_thread(void) {
     }
     g_listeners[slot] = SLOT_RESERVED;
     pthread_mutex_unlock(&g_lock);
+    /* before the filter: with every call watched, a call made after it
+     * (gettid, a futex for g_lock) would wait for a supervisor that does
+     * not poll this thread's listener yet */
+    register_thread(lo, hi);
 
     int fd =
         (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
@@ -484,7 +523,6 @@ int syscall_watch_install_on_this_thread(void) {
             atomic_load(&g_installs) > 0) {
             /* One listener per filter chain: this thread inherited a watch
              * filter from the thread that created it and is watched already. */
-            register_thread(lo, hi);
             return 0;
         }
         errno = err;
@@ -492,12 +530,25 @@ int syscall_watch_install_on_this_thread(void) {
     }
     atomic_fetch_add(&g_installs, 1);
     t_installed = true;
-    register_thread(lo, hi);
-    pthread_mutex_lock(&g_lock);
-    g_listeners[slot] = fd;
-    pthread_mutex_unlock(&g_lock);
-    wake_supervisor(); /* poll the new listener from now on */
+    /* no g_lock: the slot is reserved for us, and its futex could wait on
+     * the supervisor, which does not poll this listener yet */
+    atomic_store(&g_listeners[slot], fd);
+    /* poll the new listener from now on (with every call watched, this
+     * write itself waits for the supervisor's next round, up to 1 s) */
+    wake_supervisor();
     return 0;
+}
+
+int syscall_watch_install_on_this_thread(void) {
+    return install(&(struct watch_spec){0});
+}
+
+int syscall_watch_install_also(const long *extra, size_t n) {
+    return install(&(struct watch_spec){extra, n, false});
+}
+
+int syscall_watch_install_all_but(const long *allowed, size_t n) {
+    return install(&(struct watch_spec){allowed, n, true});
 }
 
 int syscall_watch_installed_here(void) {
@@ -505,6 +556,10 @@ int syscall_watch_installed_here(void) {
 }
 
 void syscall_watch_thread_done(void) {
+    if (t_self && __atomic_load_n(&t_self->tid, __ATOMIC_RELAXED) == t_tid) {
+        __atomic_store_n(&t_self->done, true, __ATOMIC_RELAXED);
+        return;
+    }
     pthread_mutex_lock(&g_lock);
     thread_get(my_tid())->done = true;
     pthread_mutex_unlock(&g_lock);
@@ -566,6 +621,8 @@ int syscall_watch_sync(int timeout_ms) {
 const char *syscall_watch_name(long nr) {
     static __thread char buf[32];
     switch (nr & ~(long)__X32_SYSCALL_BIT) {
+    case NR_MMAP:
+        return "mmap";
     case NR_MADVISE:
         return "madvise";
     case NR_MUNMAP:

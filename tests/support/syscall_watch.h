@@ -81,6 +81,17 @@ int syscall_watch_start(void);
  * ENOSYS: no seccomp user notification; ENOSPC: listener table full). */
 int syscall_watch_install_on_this_thread(void);
 
+/* The same, and also watch the x86-64 system calls extra[0..n) (n <= 16),
+ * e.g. SYS_mmap, on this thread only: for a test that asks more of its
+ * threads than invariant 2 does. */
+int syscall_watch_install_also(const long *extra, size_t n);
+
+/* The same, watching every x86-64 system call of this thread except those
+ * in allowed[0..n) (n <= 16): for "no system call at all" over a stretch of
+ * code (compare syscall_watch_count() before and after it; the count is an
+ * atomic read, no call). i386 calls: the base set. */
+int syscall_watch_install_all_but(const long *allowed, size_t n);
+
 /* Whether the calling thread installed the filter itself. */
 int syscall_watch_installed_here(void);
 

@@ -1,0 +1,222 @@
+/* The cache of freed huge mappings; see huge_cache.h. */
+#include "reclaim/huge_cache.h"
+#include "src/config.h"
+#include "src/huge.h"
+
+#include <stdatomic.h>
+
+/* A slot word: state in bits 0-2, accounting node in 3-5, the block's size
+ * in pages in 6-39 (2^34 pages: LULL_MAX_ALLOC), the header address >> 25
+ * in 40-63 (headers are 32 MiB aligned; addresses below 2^49). The whole
+ * entry in one word is what lets a request thread judge the fit and claim
+ * it in one step, and the statistics count it, without reading a header
+ * the reclaim thread may be unmapping. */
+#define STATE_MASK UINT64_C(7)
+#define NODE_SHIFT 3
+#define PAGES_SHIFT 6
+#define PAGES_BITS 34
+#define ADDR_SHIFT 40
+#define ADDR_LIMIT ((uintptr_t)1 << (LULL_SEGMENT_SHIFT + 64 - ADDR_SHIFT))
+
+_Static_assert(LULL_MAX_NODES <= 8, "the node must fit in 3 bits");
+_Static_assert(LULL_MAX_ALLOC / LULL_PAGE_SIZE <= (UINT64_C(1) << PAGES_BITS),
+               "the block size in pages must fit in its bits");
+_Static_assert(PAGES_SHIFT + PAGES_BITS == ADDR_SHIFT, "fields touch");
+
+static _Atomic uint64_t slots[LULL_HUGE_CACHE_SLOTS];
+/* When each entry was cached. Written by the putter before it fills the
+ * slot (it does not own the slot yet, so a racing putter may write too: the
+ * time is then a little later, never earlier, than the entry's); the
+ * reclaim thread reads it after it has seen the word. */
+static _Atomic uint32_t freed_ms[LULL_HUGE_CACHE_SLOTS];
+/* map_len of the cached mappings: reserved before an entry goes in,
+ * released after it came out, so it is never below what the slots hold. */
+static _Atomic uint64_t cached_bytes;
+
+static int node_of(const lull_huge *h) {
+    return h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0;
+}
+
+static uint64_t encode(const lull_huge *h, int state) {
+    return (uint64_t)state | (uint64_t)node_of(h) << NODE_SHIFT |
+           (uint64_t)(h->usable / LULL_PAGE_SIZE) << PAGES_SHIFT |
+           (uint64_t)((uintptr_t)h >> LULL_SEGMENT_SHIFT) << ADDR_SHIFT;
+}
+
+static void decode(uint64_t w, lull_huge_cache_entry *e) {
+    e->word = w;
+    e->state = (int)(w & STATE_MASK);
+    e->node = (int)(w >> NODE_SHIFT & 7);
+    e->usable = (size_t)(w >> PAGES_SHIFT & ((UINT64_C(1) << PAGES_BITS) - 1)) * LULL_PAGE_SIZE;
+    e->h = (lull_huge *)(uintptr_t)((w >> ADDR_SHIFT) << LULL_SEGMENT_SHIFT);
+}
+
+static uint64_t with_state(uint64_t w, int state) {
+    return (w & ~STATE_MASK) | (uint64_t)state;
+}
+
+/* A freed block moves between `freed` (huge.c's terms) and the cache's own
+ * words. Into the cache: out of `freed` first; out of the cache: into
+ * `freed` after. An entry in transit is then in no term, never in two: in
+ * a child forked meanwhile it is a mapping nobody holds, and not counted. */
+static void account_freed(const lull_huge *h, bool add) {
+    lull_huge_accounting *a = &lull_huge_acct[node_of(h)];
+    uint64_t v = h->usable + h->block_offset;
+    if (add)
+        atomic_fetch_add_explicit(&a->freed, v, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&a->freed, v, memory_order_relaxed);
+}
+
+bool lull_huge_cache_accepts(const lull_huge *h) {
+    return h->block_offset == LULL_SLICE_SIZE && (uintptr_t)h < ADDR_LIMIT &&
+           h->usable % LULL_PAGE_SIZE == 0 &&
+           h->usable / LULL_PAGE_SIZE < (UINT64_C(1) << PAGES_BITS);
+}
+
+bool lull_huge_cache_put(lull_huge *h, uint32_t now_ms) {
+    if (!lull_huge_cache_accepts(h)) return false;
+    uint64_t bound = __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED);
+    uint64_t len = h->map_len;
+    if (len > bound) return false;
+    if (atomic_fetch_add_explicit(&cached_bytes, len, memory_order_relaxed) + len > bound) {
+        atomic_fetch_sub_explicit(&cached_bytes, len, memory_order_relaxed);
+        return false;
+    }
+    uint64_t w = encode(h, LULL_HC_DIRTY);
+    account_freed(h, false);
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        uint64_t expected = atomic_load_explicit(&slots[i], memory_order_relaxed);
+        if (expected) continue;
+        atomic_store_explicit(&freed_ms[i], now_ms, memory_order_relaxed);
+        if (atomic_compare_exchange_strong_explicit(&slots[i], &expected, w, memory_order_release,
+                                                    memory_order_relaxed))
+            return true;
+    }
+    account_freed(h, true);
+    atomic_fetch_sub_explicit(&cached_bytes, len, memory_order_relaxed);
+    return false;
+}
+
+static bool takeable(int state) {
+    return state == LULL_HC_DIRTY || state == LULL_HC_CLEAN || state == LULL_HC_LAZY;
+}
+
+lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed) {
+    if (!atomic_load_explicit(&cached_bytes, memory_order_relaxed)) return NULL;
+    /* a lost race means another thread took that entry: look again, a
+     * few times, for the next best */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        lull_huge_cache_entry best = {0}, e;
+        unsigned best_slot = 0;
+        for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+            uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
+            if (!w) continue;
+            decode(w, &e);
+            /* the fit rule of the queue reuse: room, and not over half wasted */
+            if (!takeable(e.state) || e.node != node || e.usable < size || e.usable / 2 > size)
+                continue;
+            /* the tightest fit; among equals a dirty one (resident: no faults) */
+            if (!best.word || e.usable < best.usable ||
+                (e.usable == best.usable && e.state == LULL_HC_DIRTY)) {
+                best = e;
+                best_slot = i;
+            }
+        }
+        if (!best.word) return NULL;
+        uint64_t expected = best.word;
+        if (!atomic_compare_exchange_strong_explicit(&slots[best_slot], &expected, 0,
+                                                     memory_order_acquire, memory_order_relaxed))
+            continue;
+        lull_huge *h = best.h;
+        *zeroed = best.state == LULL_HC_CLEAN;
+        atomic_fetch_sub_explicit(&cached_bytes, h->map_len, memory_order_relaxed);
+        account_freed(h, true);
+        return h;
+    }
+    return NULL;
+}
+
+uint64_t lull_huge_cache_bytes(void) {
+    return atomic_load_explicit(&cached_bytes, memory_order_relaxed);
+}
+
+void lull_huge_cache_account(uint64_t dirty[LULL_MAX_NODES], uint64_t purging[LULL_MAX_NODES],
+                             uint64_t purged[LULL_MAX_NODES], uint64_t metadata[LULL_MAX_NODES],
+                             uint64_t bytes[LULL_MAX_NODES]) {
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
+        if (!w) continue;
+        lull_huge_cache_entry e;
+        decode(w, &e);
+        uint64_t *term = e.state == LULL_HC_DIRTY     ? dirty
+                         : e.state == LULL_HC_PURGING ? purging
+                                                      : purged;
+        term[e.node] += e.usable;
+        metadata[e.node] += LULL_SLICE_SIZE; /* the header slice: block_offset */
+        bytes[e.node] += e.usable + LULL_SLICE_SIZE;
+    }
+}
+
+bool lull_huge_cache_peek(unsigned i, lull_huge_cache_entry *e) {
+    uint64_t w = atomic_load_explicit(&slots[i], memory_order_acquire);
+    if (!w) return false;
+    decode(w, e);
+    e->freed_ms = atomic_load_explicit(&freed_ms[i], memory_order_relaxed);
+    return true;
+}
+
+/* Hold entry i (as read into e) by swapping in PURGING, which no malloc
+ * takes. The same mapping may have been taken and freed again since `e` was
+ * read (same word, new time): the time, written before it went in, is
+ * checked while the slot is held (if check_time), and an entry that turns
+ * out too young is put back without a race. */
+static bool hold_if_old(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms,
+                        bool check_time) {
+    uint64_t expected = e->word;
+    if (!atomic_compare_exchange_strong_explicit(&slots[i], &expected,
+                                                 with_state(e->word, LULL_HC_PURGING),
+                                                 memory_order_acquire, memory_order_relaxed))
+        return false;
+    uint32_t t = atomic_load_explicit(&freed_ms[i], memory_order_relaxed);
+    if (check_time && (int32_t)(freed_before_ms - t) < 0) {
+        atomic_store_explicit(&slots[i], e->word, memory_order_release);
+        return false;
+    }
+    return true;
+}
+
+bool lull_huge_cache_claim_purge(unsigned i, const lull_huge_cache_entry *e,
+                                 uint32_t freed_before_ms) {
+    if (e->state != LULL_HC_DIRTY && e->state != LULL_HC_LAZY) return false;
+    /* a DIRTY entry's purge waits for its age; a LAZY one is re-purged
+     * when the caller decides */
+    return hold_if_old(i, e, freed_before_ms, e->state == LULL_HC_DIRTY);
+}
+
+void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, int state) {
+    atomic_store_explicit(&slots[i], with_state(e->word, state), memory_order_release);
+}
+
+bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms) {
+    if (e->state == LULL_HC_PURGING) return false;
+    if (!hold_if_old(i, e, freed_before_ms, true)) return false;
+    atomic_store_explicit(&slots[i], 0, memory_order_release);
+    atomic_fetch_sub_explicit(&cached_bytes, e->h->map_len, memory_order_relaxed);
+    account_freed(e->h, true);
+    return true;
+}
+
+void lull_huge_cache_after_fork_child(void) {
+    uint64_t bytes = 0;
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
+        if (!w) continue;
+        if ((w & STATE_MASK) == LULL_HC_PURGING)
+            atomic_store_explicit(&slots[i], with_state(w, LULL_HC_DIRTY), memory_order_relaxed);
+        lull_huge_cache_entry e;
+        decode(w, &e);
+        bytes += e.h->map_len; /* one thread here: nobody unmaps it meanwhile */
+    }
+    atomic_store_explicit(&cached_bytes, bytes, memory_order_relaxed);
+}

@@ -1,0 +1,140 @@
+/* The reclaim thread's work on huge mappings; see huge_reclaim.h. */
+#include "reclaim/huge_reclaim.h"
+#include "reclaim/huge_cache.h"
+#include "reclaim/huge_queue.h"
+#include "reclaim/policy.h"
+#include "reclaim/purge_backend.h"
+#include "src/config.h"
+#include "src/huge.h"
+
+#include <sys/mman.h>
+
+/* When each LAZY entry was purged: only this thread makes an entry LAZY,
+ * and a freed mapping always comes back DIRTY, so the time belongs to the
+ * word in the slot as long as that word is LAZY. */
+static uint32_t lazy_since_ms[LULL_HUGE_CACHE_SLOTS];
+
+/* Purge everything after the header page (it describes the mapping until
+ * the unmap) in ranges of at most PURGE_RANGE_MAX; true if all succeeded. */
+static bool purge_mapping(struct purge_backend *b, lull_huge *h, int advice) {
+    char *from = (char *)h + LULL_PAGE_SIZE;
+    size_t len = (size_t)((char *)h->map_base + h->map_len - from);
+    purge_range ranges[PURGE_RING_ENTRIES];
+    size_t n = 0;
+    bool ok = true;
+    for (size_t off = 0; off < len; off += PURGE_RANGE_MAX) {
+        size_t l = len - off < PURGE_RANGE_MAX ? len - off : PURGE_RANGE_MAX;
+        ranges[n++] = (purge_range){from + off, l};
+        if (n == PURGE_RING_ENTRIES || off + l == len) {
+            ok &= purge_backend_run(b, ranges, n, advice, NULL) == n;
+            n = 0;
+        }
+    }
+    return ok;
+}
+
+static void release(struct purge_backend *b, lull_huge *h, bool clean,
+                    lull_huge_reclaim_counts *c) {
+    size_t len = h->map_len;
+    if (!clean) purge_mapping(b, h, MADV_DONTNEED);
+    lull_huge_unmap(h);
+    c->unmapped++;
+    c->unmapped_bytes += len;
+}
+
+/* Unmap the cached mapping freed longest ago. False: nothing to evict. */
+static bool evict_oldest(struct purge_backend *b, lull_huge_reclaim_counts *c) {
+    lull_huge_cache_entry e, oldest = {0};
+    unsigned slot = 0;
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        if (!lull_huge_cache_peek(i, &e) || e.state == LULL_HC_PURGING) continue;
+        if (!oldest.word || (int32_t)(e.freed_ms - oldest.freed_ms) < 0) {
+            oldest = e;
+            slot = i;
+        }
+    }
+    if (!oldest.word) return false;
+    /* lost to a request thread that took it: the cache shrank all the same */
+    if (lull_huge_cache_evict(slot, &oldest, oldest.freed_ms))
+        release(b, oldest.h, oldest.state == LULL_HC_CLEAN, c);
+    return true;
+}
+
+/* A mapping freed while the cache was full (or before this thread ran):
+ * cache it in place of older ones, if the cache keeps it at all. */
+static bool keep(struct purge_backend *b, lull_huge *h, uint32_t now, uint64_t bound,
+                 lull_huge_reclaim_counts *c) {
+    if (!lull_huge_cache_accepts(h) || h->map_len > bound) return false;
+    for (unsigned n = 0; n <= LULL_HUGE_CACHE_SLOTS; n++) {
+        if (lull_huge_cache_put(h, now)) return true;
+        if (!evict_oldest(b, c)) return false;
+    }
+    return false;
+}
+
+static bool purge_cached(struct purge_backend *b, uint32_t now, long delay, int advice,
+                         lull_huge_reclaim_counts *c) {
+    uint32_t freed_before = now - (uint32_t)delay;
+    bool work = false;
+    lull_huge_cache_entry e;
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        if (!lull_huge_cache_peek(i, &e)) continue;
+        int how;
+        if (e.state == LULL_HC_DIRTY && (int32_t)(freed_before - e.freed_ms) >= 0)
+            how = advice;
+        else if (e.state == LULL_HC_LAZY &&
+                 (int32_t)(now - lazy_since_ms[i]) >= LULL_POLICY_LAZY_MAX_MS)
+            how = MADV_DONTNEED; /* as slices: MADV_FREE'd memory goes for good in the end */
+        else
+            continue;
+        if (!lull_huge_cache_claim_purge(i, &e, freed_before)) continue;
+        work = true;
+        bool ok = purge_mapping(b, e.h, how);
+        int state = !ok ? LULL_HC_DIRTY : how == MADV_FREE ? LULL_HC_LAZY : LULL_HC_CLEAN;
+        if (ok)
+            c->purged_bytes += e.usable;
+        else
+            c->purge_failures++;
+        if (state == LULL_HC_LAZY) lazy_since_ms[i] = now;
+        lull_huge_cache_finish_purge(i, &e, state);
+    }
+    return work;
+}
+
+bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, int advice,
+                            lull_huge_reclaim_counts *c) {
+    bool work = false;
+    uint64_t bound = __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED);
+    long idle = __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED);
+    lull_huge_cache_entry e;
+    uint32_t idle_before = now - (uint32_t)idle;
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        if (!lull_huge_cache_peek(i, &e) || (int32_t)(idle_before - e.freed_ms) < 0) continue;
+        if (lull_huge_cache_evict(i, &e, idle_before)) {
+            release(b, e.h, e.state == LULL_HC_CLEAN, c);
+            work = true;
+        }
+    }
+    /* the bound was lowered at run time */
+    for (unsigned n = 0; lull_huge_cache_bytes() > bound && n < 2 * LULL_HUGE_CACHE_SLOTS; n++) {
+        if (!evict_oldest(b, c)) break;
+        work = true;
+    }
+    /* oldest first (the queue gives the newest first), so that the newest
+     * are the ones left in the cache */
+    lull_huge *list = NULL;
+    for (lull_huge *q = lull_huge_queue_take_all(), *h; (h = q);) {
+        q = h->next;
+        h->next = list;
+        list = h;
+    }
+    while (list) {
+        lull_huge *h = list;
+        list = h->next;
+        lull_huge_queue_forget_taken(h);
+        work = true;
+        if (!keep(b, h, now, bound, c)) release(b, h, false, c);
+    }
+    if (delay >= 0) work |= purge_cached(b, now, delay, advice, c);
+    return work;
+}

@@ -1,0 +1,27 @@
+/* The reclaim thread's work on huge mappings, once a tick: unmap cached
+ * mappings unused for huge_cache_idle_ms or beyond the huge_cache_mb bound
+ * (oldest first); cache the mappings freed while the cache was full (making
+ * room by unmapping older ones), or unmap those it does not keep; and purge
+ * the cached ones that have been free for the purge delay, as slices are
+ * purged. A mapping is purged before it is unmapped, in ranges of at most
+ * 16 MiB, so munmap itself holds the mmap lock only briefly. */
+#ifndef LULL_HUGE_RECLAIM_H
+#define LULL_HUGE_RECLAIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct purge_backend;
+
+typedef struct lull_huge_reclaim_counts {
+    uint64_t unmapped, unmapped_bytes; /* mappings given back */
+    uint64_t purged_bytes;             /* cached mappings purged */
+    uint64_t purge_failures;           /* purges the kernel refused (the entry stays dirty) */
+} lull_huge_reclaim_counts;
+
+/* delay: the purge delay in force (< 0: none); advice: MADV_DONTNEED or
+ * MADV_FREE. Adds to *counts; true if anything was done. */
+bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now_ms, long delay, int advice,
+                            lull_huge_reclaim_counts *counts);
+
+#endif
