@@ -268,8 +268,8 @@ int main(int argc, char **argv) {
     /* warm-up bursts left out of each gap's medians: at least one is kept */
     uint64_t skip = cfg.warmup < cfg.bursts ? cfg.warmup : cfg.bursts - 1;
     printf("INFO %s config mib=%llu bursts=%llu warmup=%llu idle_ms=%llu gaps=", SC,
-           (unsigned long long)cfg.mib, (unsigned long long)cfg.bursts,
-           (unsigned long long)skip, (unsigned long long)cfg.idle_ms);
+           (unsigned long long)cfg.mib, (unsigned long long)cfg.bursts, (unsigned long long)skip,
+           (unsigned long long)cfg.idle_ms);
     for (int g = 0; g < cfg.ngaps; g++)
         printf("%s%llu", g ? "," : "", (unsigned long long)cfg.gaps[g]);
     printf("\n");

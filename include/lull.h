@@ -16,7 +16,8 @@ extern "C" {
 #define LULL_VERSION_MAJOR 0
 #define LULL_VERSION_MINOR 1
 #define LULL_VERSION_PATCH 0
-#define LULL_VERSION ((LULL_VERSION_MAJOR * 10000) + (LULL_VERSION_MINOR * 100) + LULL_VERSION_PATCH)
+#define LULL_VERSION                                                                               \
+    ((LULL_VERSION_MAJOR * 10000) + (LULL_VERSION_MINOR * 100) + LULL_VERSION_PATCH)
 #define LULL_VERSION_STRING "0.1.0"
 
 #if defined(__GNUC__)

@@ -40,10 +40,10 @@ typedef struct lull_policy {
     _Atomic uint64_t refaulted_slices;           /* count: ... of which had been purged */
     _Atomic uint64_t purged_slices;              /* count: slices purged */
     _Atomic uint64_t refault_distance_ms[16];    /* purge -> reuse, log2 ms buckets */
-    long delay_ms;        /* current automatic delay (reclaim thread) */
+    long delay_ms;                               /* current automatic delay (reclaim thread) */
     uint32_t last_update_ms;
     uint64_t window_refaulted, window_purged; /* for the mode decision */
-    int mode;             /* MADV_DONTNEED or MADV_FREE */
+    int mode;                                 /* MADV_DONTNEED or MADV_FREE */
     bool memory_short;
 } lull_policy;
 

@@ -16,19 +16,19 @@
 typedef struct lull_reclaim_stats {
     uint64_t ticks;
     uint64_t cpu_ns;
-    uint64_t purge_runs;      /* slice runs purged */
-    uint64_t purged_bytes;    /* total, all backends */
-    uint64_t purge_failures;  /* runs the kernel refused (slices went back to dirty) */
-    uint64_t huge_freed;      /* huge mappings unmapped */
+    uint64_t purge_runs;     /* slice runs purged */
+    uint64_t purged_bytes;   /* total, all backends */
+    uint64_t purge_failures; /* runs the kernel refused (slices went back to dirty) */
+    uint64_t huge_freed;     /* huge mappings unmapped */
     uint64_t huge_freed_bytes;
     uint64_t huge_purged_bytes; /* cached huge mappings purged (kept mapped for reuse) */
-    uint64_t inline_purges;   /* purges done on a request thread (inline_purge=on) */
+    uint64_t inline_purges;     /* purges done on a request thread (inline_purge=on) */
     bool running;
     bool start_failed;
-    int backend;              /* lull_backend_kind in use */
+    int backend; /* lull_backend_kind in use */
     char backend_reason[160];
-    long delay_ms;            /* purge delay in force */
-    int mode;                 /* lull_purge_mode in force (DONTNEED or FREE) */
+    long delay_ms; /* purge delay in force */
+    int mode;      /* lull_purge_mode in force (DONTNEED or FREE) */
 } lull_reclaim_stats;
 
 void lull_reclaim_register(void);

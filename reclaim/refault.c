@@ -64,8 +64,8 @@ static void scan_segment(lull_segment *s, uint32_t now) {
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
         uint64_t watch = atomic_load_explicit(&s->refault_watch[w], memory_order_relaxed);
         if (!watch) continue;
-        uint64_t got = atomic_fetch_and_explicit(&s->refault_watch[w], ~watch, memory_order_relaxed) &
-                       watch;
+        uint64_t got =
+            atomic_fetch_and_explicit(&s->refault_watch[w], ~watch, memory_order_relaxed) & watch;
         uint64_t in_use = ~(atomic_load_explicit(&s->maps.dirty[w], memory_order_relaxed) |
                             atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed) |
                             atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed) |
@@ -134,14 +134,18 @@ uint64_t lull_refault_fill_counters(struct lull_counters *out) {
         out->refault_pages =
             atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) * per;
         for (int b = 0; b < 16 && b < LULL_COUNTERS_REFAULT_BUCKETS; b++)
-            out->refault_distance[b] =
-                atomic_load_explicit(&lull_the_policy.refault_distance_ms[b], memory_order_relaxed) *
-                per;
+            out->refault_distance[b] = atomic_load_explicit(&lull_the_policy.refault_distance_ms[b],
+                                                            memory_order_relaxed) *
+                                       per;
     }
     switch (k) {
-    case REFAULT_WP_ASYNC: return LULL_COUNTERS_REFAULT_UFFD_WP;
-    case REFAULT_PRESENT_SCAN: return LULL_COUNTERS_REFAULT_PAGEMAP_SCAN;
-    case REFAULT_ACCOUNTING: return LULL_COUNTERS_REFAULT_ACCOUNTING;
-    default: return LULL_COUNTERS_REFAULT_OFF;
+    case REFAULT_WP_ASYNC:
+        return LULL_COUNTERS_REFAULT_UFFD_WP;
+    case REFAULT_PRESENT_SCAN:
+        return LULL_COUNTERS_REFAULT_PAGEMAP_SCAN;
+    case REFAULT_ACCOUNTING:
+        return LULL_COUNTERS_REFAULT_ACCOUNTING;
+    default:
+        return LULL_COUNTERS_REFAULT_OFF;
     }
 }

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-void lull_refault_start(void);                  /* reclaim thread start */
+void lull_refault_start(void);                         /* reclaim thread start */
 void lull_refault_after_purge(void *addr, size_t len); /* before the slices are released */
 void lull_refault_tick(uint32_t now_ms);
 void lull_refault_after_fork_child(void);

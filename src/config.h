@@ -23,26 +23,31 @@ typedef enum {
     LULL_BACKEND_PROCESS_MADVISE,
     LULL_BACKEND_MADVISE,
 } lull_backend_kind;
-typedef enum { LULL_NUMA_LOCAL, LULL_NUMA_INTERLEAVE, LULL_NUMA_BIND, LULL_NUMA_OFF } lull_numa_policy;
+typedef enum {
+    LULL_NUMA_LOCAL,
+    LULL_NUMA_INTERLEAVE,
+    LULL_NUMA_BIND,
+    LULL_NUMA_OFF
+} lull_numa_policy;
 typedef enum { LULL_SWITCH_AUTO, LULL_SWITCH_ON, LULL_SWITCH_OFF } lull_switch;
 
 typedef struct {
-    long purge_delay_ms;     /* auto (-2), never (-1), 0 = immediate, else ms */
+    long purge_delay_ms; /* auto (-2), never (-1), 0 = immediate, else ms */
     lull_purge_mode purge_mode;
     lull_backend_kind backend;
     lull_switch refault_monitor;
     lull_numa_policy numa;
-    uint64_t numa_nodes;     /* node mask for bind / interleave; 0 = all */
-    bool counter_page;       /* publish the shared-memory counter page */
+    uint64_t numa_nodes;        /* node mask for bind / interleave; 0 = all */
+    bool counter_page;          /* publish the shared-memory counter page */
     char counter_page_name[64]; /* "" = default name /lull.<pid> */
     bool verbose;
-    bool strict_checks;      /* costlier invalid/double free detection */
+    bool strict_checks; /* costlier invalid/double free detection */
     bool reclaim_cpus_set;
-    cpu_set_t reclaim_cpus;  /* reclaim thread and its io-wq workers */
+    cpu_set_t reclaim_cpus;    /* reclaim thread and its io-wq workers */
     size_t warm_reserve_bytes; /* upper bound of the prefaulted warm reserve */
-    bool inline_purge;       /* purge on the freeing thread if no reclaim thread */
-    size_t huge_cache_bytes; /* bound of the freed huge mappings kept for reuse */
-    long huge_cache_idle_ms; /* a cached huge mapping unused this long is unmapped */
+    bool inline_purge;         /* purge on the freeing thread if no reclaim thread */
+    size_t huge_cache_bytes;   /* bound of the freed huge mappings kept for reuse */
+    long huge_cache_idle_ms;   /* a cached huge mapping unused this long is unmapped */
 } lull_config_t;
 
 extern lull_config_t lull_config;

@@ -9,10 +9,10 @@
 #include <stdbool.h>
 
 typedef enum {
-    LULL_FAULT_MMAP,          /* segment / huge mmap returns ENOMEM */
-    LULL_FAULT_URING_SETUP,   /* io_uring_queue_init fails */
-    LULL_FAULT_URING_SUBMIT,  /* io_uring_submit fails */
-    LULL_FAULT_URING_CQE,     /* a madvise completion reports an error */
+    LULL_FAULT_MMAP,         /* segment / huge mmap returns ENOMEM */
+    LULL_FAULT_URING_SETUP,  /* io_uring_queue_init fails */
+    LULL_FAULT_URING_SUBMIT, /* io_uring_submit fails */
+    LULL_FAULT_URING_CQE,    /* a madvise completion reports an error */
     LULL_FAULT_PROCESS_MADVISE,
     LULL_FAULT_UFFD,          /* userfaultfd creation denied */
     LULL_FAULT_PAGEMAP_SCAN,  /* PAGEMAP_SCAN unsupported */

@@ -91,7 +91,8 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     ACCT_ADD(metadata, offset);
     ACCT_ADD(slack, (uint64_t)((char *)h - (char *)base));
     lull_segment_map_set((uintptr_t)h, true);
-    if (offset == LULL_SEGMENT_SIZE) lull_map_set(lull_aligned_huge_map, (uintptr_t)h + offset, true);
+    if (offset == LULL_SEGMENT_SIZE)
+        lull_map_set(lull_aligned_huge_map, (uintptr_t)h + offset, true);
     *zeroed = true;
     return (char *)h + offset;
 }

@@ -48,7 +48,8 @@ bool lull_ensure_init(void) {
     }
     /* another thread is initialising: it allocates nothing and takes no
      * lock, so this wait is short */
-    while (atomic_load_explicit(&init_state, memory_order_acquire) != 2) sched_yield();
+    while (atomic_load_explicit(&init_state, memory_order_acquire) != 2)
+        sched_yield();
     return true;
 }
 
@@ -56,11 +57,13 @@ static void fork_prepare(void) {
     for (int i = module_count - 1; i >= 0; i--)
         if (modules[i].fork_prepare) modules[i].fork_prepare();
     lull_heaps_fork_prepare();
-    for (int i = 0; i < lull_arena_count; i++) pthread_mutex_lock(&lull_arenas[i].lock);
+    for (int i = 0; i < lull_arena_count; i++)
+        pthread_mutex_lock(&lull_arenas[i].lock);
 }
 
 static void fork_parent(void) {
-    for (int i = lull_arena_count - 1; i >= 0; i--) pthread_mutex_unlock(&lull_arenas[i].lock);
+    for (int i = lull_arena_count - 1; i >= 0; i--)
+        pthread_mutex_unlock(&lull_arenas[i].lock);
     lull_heaps_fork_parent();
     for (int i = 0; i < module_count; i++)
         if (modules[i].fork_parent) modules[i].fork_parent();
@@ -80,7 +83,9 @@ static void run_at_exit(void) {
 
 void lull_modules_register_all(void); /* modules.c: the list of modules */
 void lull_set_home_node_fn(int (*fn)(void));
-void lull_set_home_node_fn(int (*fn)(void)) { home_node_fn = fn; }
+void lull_set_home_node_fn(int (*fn)(void)) {
+    home_node_fn = fn;
+}
 
 __attribute__((constructor(101))) static void lull_constructor(void) {
     lull_ensure_init();
@@ -90,5 +95,8 @@ __attribute__((constructor(101))) static void lull_constructor(void) {
         if (modules[i].start) modules[i].start();
     lull_config_mark_started();
     atexit(run_at_exit);
-    lull_verbose("%s active (pid %d)", "lull " "0.1.0", (int)getpid());
+    lull_verbose("%s active (pid %d)",
+                 "lull "
+                 "0.1.0",
+                 (int)getpid());
 }

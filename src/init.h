@@ -16,7 +16,7 @@ typedef struct lull_module_hooks {
     void (*start)(void);        /* after the core, outside any lull lock */
     void (*fork_prepare)(void); /* take the module's locks */
     void (*fork_parent)(void);
-    void (*fork_child)(void);   /* reset; a new reclaim thread as needed */
+    void (*fork_child)(void); /* reset; a new reclaim thread as needed */
     void (*at_exit)(void);
 } lull_module_hooks;
 

@@ -85,7 +85,8 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
         /* the span's slices that really are in use (a span being set up or
          * torn down right now may disagree with the maps) */
         unsigned run = 0;
-        while (run < n && i + run < LULL_SLICES && !(free_map[(i + run) / 64] >> ((i + run) % 64) & 1))
+        while (run < n && i + run < LULL_SLICES &&
+               !(free_map[(i + run) / 64] >> ((i + run) % 64) & 1))
             run++;
         uint64_t bytes = (uint64_t)(run ? run : 1) << LULL_SLICE_SHIFT;
         if (kind == LULL_SPAN_SMALL && run == n) {
@@ -110,7 +111,8 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
     RACY_READS_END();
 }
 
-static void add_acct(struct lull_counters_accounting *to, const struct lull_counters_accounting *a) {
+static void add_acct(struct lull_counters_accounting *to,
+                     const struct lull_counters_accounting *a) {
     to->mapped += a->mapped;
     to->live += a->live;
     to->rounding += a->rounding;
@@ -173,7 +175,8 @@ void lull_stats_collect(struct lull_counters *out) {
     uint64_t slack = atomic_load(&lull_os_slack_bytes); /* alignment slack: mapped, untouched */
     out->nodes[0].acct.mapped += slack;
     out->nodes[0].acct.purged += slack;
-    for (int n = 0; n < nodes; n++) add_acct(&out->total, &out->nodes[n].acct);
+    for (int n = 0; n < nodes; n++)
+        add_acct(&out->total, &out->nodes[n].acct);
 
     lull_reclaim_stats r;
     lull_reclaim_get_stats(&r);
@@ -189,7 +192,7 @@ void lull_stats_collect(struct lull_counters *out) {
     long delay = lull_reclaim_effective_delay();
     out->purge_delay_ms = delay < 0 ? LULL_COUNTERS_DELAY_NEVER : (uint64_t)delay;
     out->backend = r.running && delay >= 0 ? (uint64_t)r.backend : LULL_COUNTERS_BACKEND_NONE;
-    out->purge_mode = delay < 0 ? LULL_COUNTERS_PURGE_NONE
+    out->purge_mode = delay < 0                  ? LULL_COUNTERS_PURGE_NONE
                       : r.mode == LULL_MODE_FREE ? LULL_COUNTERS_PURGE_FREE
                                                  : LULL_COUNTERS_PURGE_DONTNEED;
     out->reclaim_cpu_ns = r.cpu_ns;

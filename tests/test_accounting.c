@@ -41,7 +41,8 @@ typedef struct {
 
 static void *free_batch(void *arg) {
     batch *b = arg;
-    for (int i = 0; i < b->n; i++) lull_free(b->blocks[i]);
+    for (int i = 0; i < b->n; i++)
+        lull_free(b->blocks[i]);
     return NULL;
 }
 
@@ -62,8 +63,10 @@ Test(accounting, identity_holds_after_every_phase) {
 
     /* large and huge */
     void *large[8], *huge[2];
-    for (int i = 0; i < 8; i++) large[i] = lull_malloc((size_t)(600 + 100 * i) << 10);
-    for (int i = 0; i < 2; i++) huge[i] = lull_malloc((size_t)(20 + i) << 20);
+    for (int i = 0; i < 8; i++)
+        large[i] = lull_malloc((size_t)(600 + 100 * i) << 10);
+    for (int i = 0; i < 2; i++)
+        huge[i] = lull_malloc((size_t)(20 + i) << 20);
     struct lull_counters c2 = snap("large+huge");
     cr_assert_geq(c2.total.live, c1.total.live + 45 * MiB);
 
@@ -75,8 +78,10 @@ Test(accounting, identity_holds_after_every_phase) {
     snap("remote frees");
 
     /* local frees of everything else, then the owner collects */
-    for (int i = N / 2; i < N; i++) lull_free(small[i]);
-    for (int i = 0; i < 8; i++) lull_free(large[i]);
+    for (int i = N / 2; i < N; i++)
+        lull_free(small[i]);
+    for (int i = 0; i < 8; i++)
+        lull_free(large[i]);
     lull_thread_collect();
     struct lull_counters c3 = snap("freed");
     cr_assert_lt(c3.total.live, c2.total.live - 10 * MiB, "live did not fall after the frees");
@@ -84,7 +89,8 @@ Test(accounting, identity_holds_after_every_phase) {
 
     /* purge everything */
     lull_set_purge_delay_ms(0);
-    for (int i = 0; i < 2; i++) lull_free(huge[i]);
+    for (int i = 0; i < 2; i++)
+        lull_free(huge[i]);
     lull_reclaim_now();
     lull_reclaim_now();
     struct lull_counters c4 = snap("purged");

@@ -222,7 +222,7 @@ Test(counter_page, publish_copies_and_stamps) {
     c.malloc_count = 42;
     c.total.mapped = 1000;
     c.nodes[7].reserved[0] = 99; /* the last word before config */
-    c.page_size = 0; /* filled by the writer */
+    c.page_size = 0;             /* filled by the writer */
     snprintf(c.config, sizeof c.config, "purge_delay=auto,backend=uring");
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -29,7 +29,8 @@ static size_t rss_bytes(void) {
 
 static void fill(void *p, size_t n, unsigned seed) {
     unsigned char *c = p;
-    for (size_t i = 0; i < n; i += 4096) c[i] = (unsigned char)(seed + i / 4096);
+    for (size_t i = 0; i < n; i += 4096)
+        c[i] = (unsigned char)(seed + i / 4096);
     if (n) c[n - 1] = (unsigned char)seed;
 }
 
@@ -84,7 +85,8 @@ static void *request_thread(void *argp) {
             ptrs[i] = lull_malloc(n);
             fill(ptrs[i], n, (unsigned)i);
         }
-        for (int i = 0; i < 2000; i++) lull_free(ptrs[i]);
+        for (int i = 0; i < 2000; i++)
+            lull_free(ptrs[i]);
     }
     syscall_watch_thread_done();
     return NULL;
@@ -99,8 +101,10 @@ Test(no_purge_syscalls, request_threads_never_purge_and_memory_returns) {
 
     pthread_t t[2];
     worker_arg args[2] = {{.seed = 11}, {.seed = 97}};
-    for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&t[i], NULL, request_thread, &args[i]), 0);
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, request_thread, &args[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
     for (int i = 0; i < 2; i++) {
         cr_assert(args[i].installed, "the watch was not installed on request thread %d", i);
         cr_assert(args[i].ok, "a block's content changed under request thread %d", i);
@@ -300,8 +304,7 @@ Test(no_purge_syscalls, without_the_cache_the_churn_maps_every_block, .timeout =
     cr_assert_eq(pthread_create(&t, NULL, churn_thread, &a), 0);
     pthread_join(t, NULL);
     cr_assert(a.installed && a.ok);
-    cr_assert_geq(a.steady_events, (size_t)a.rounds, "only %zu mmap calls seen",
-                  a.steady_events);
+    cr_assert_geq(a.steady_events, (size_t)a.rounds, "only %zu mmap calls seen", a.steady_events);
     cr_assert_eq(a.hits, 0);
     lull_set_purge_delay_ms(-2);
 }

@@ -17,7 +17,8 @@ static int sh(const char *cmd, char *out, size_t len) {
     FILE *f = popen(cmd, "r");
     if (!f) return -1;
     size_t n = out ? fread(out, 1, len - 1, f) : 0;
-    if (out) out[n] = 0;
+    if (out)
+        out[n] = 0;
     else {
         char sink[4096];
         while (fread(sink, 1, sizeof sink, f) > 0) {
@@ -63,9 +64,10 @@ Test(redis_preload, redis_server_serves_a_benchmark_under_lull, .timeout = 300) 
     cr_assert_gt(atoi(out), 0, "redis-server did not map liblull.so");
 
     /* bounded load: 20k requests per test, 1 KiB values, 50 clients */
-    snprintf(cmd, sizeof cmd,
-             "redis-benchmark -p %d -n 20000 -c 50 -d 1024 -r 100000 -q -t set,get,lpush,lpop,sadd 2>&1",
-             port);
+    snprintf(
+        cmd, sizeof cmd,
+        "redis-benchmark -p %d -n 20000 -c 50 -d 1024 -r 100000 -q -t set,get,lpush,lpop,sadd 2>&1",
+        port);
     int rc = sh(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "redis-benchmark failed: %s", out);
     cr_assert(strstr(out, "SET") && strstr(out, "GET"), "redis-benchmark output: %s", out);
