@@ -35,13 +35,12 @@
 #include "lull/counters.h"
 #include "numa/arena.h"
 #include "src/linux_compat.h"
+#include "tests/support/reexec.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,8 +59,6 @@
 #define PAGES_PER_BLOCK (BLOCK / PAGE)
 #define TOTAL (64 * MiB)
 #define NBLOCKS (TOTAL / BLOCK)
-
-extern char **environ;
 
 /* ---- helpers shared by the in-process test and the scenarios ------------ */
 
@@ -216,11 +213,14 @@ static void setup_reclaim(purge_kind how) {
  * arms, registers or scans meanwhile. Never call lull_reclaim_now() while
  * it is held. */
 extern void (*lull_reclaim_tick_hook)(void);
-static void (*chained_hook)(void);
+/* atomic: the reclaim thread reads it, and lull reads its hook pointer with
+ * a plain load, which orders nothing (tests/tsan/tsan.supp) */
+static void (*_Atomic chained_hook)(void);
 static atomic_int hook_installed, hold_request, held;
 
 static void holding_hook(void) {
-    if (chained_hook) chained_hook();
+    void (*chained)(void) = atomic_load(&chained_hook);
+    if (chained) chained();
     if (!atomic_load(&hold_request)) return;
     atomic_store(&held, 1);
     while (atomic_load(&hold_request))
@@ -230,7 +230,7 @@ static void holding_hook(void) {
 
 static bool hold_reclaim(void) {
     if (!atomic_exchange(&hook_installed, 1)) {
-        chained_hook = lull_reclaim_tick_hook;
+        atomic_store(&chained_hook, lull_reclaim_tick_hook);
         __atomic_store_n(&lull_reclaim_tick_hook, holding_hook, __ATOMIC_RELEASE);
     }
     atomic_store(&hold_request, 1);
@@ -571,76 +571,27 @@ __attribute__((constructor(200))) static void scenario_main(void) {
     _exit(0);
 }
 
-typedef struct {
-    char out[4096];
-    int status;
-} child_run;
-
-/* Run this program again with the scenario and extra environment (the
- * parent's environment minus LULL_* variables, plus `vars`). */
+/* Run this program again with the scenario and extra environment `vars`
+ * (tests/support/reexec.h: the parent's environment minus LULL_* variables). */
 static void run_scenario(const char *scenario, const char *const *vars, child_run *cr) {
-    static char *envp[512];
     static char scen[128];
+    const char *all[4];
     size_t n = 0;
-    for (char **e = environ; *e && n < 500; e++)
-        if (strncmp(*e, "LULL_", 5) != 0) envp[n++] = *e;
     snprintf(scen, sizeof scen, "LULL_TEST_REFAULT=%s", scenario);
-    envp[n++] = scen;
-    envp[n++] = "LULL_COUNTER_PAGE=off";
-    for (size_t i = 0; vars && vars[i]; i++)
-        envp[n++] = (char *)vars[i];
-    envp[n] = NULL;
-
-    int o[2];
-    cr_assert_eq(pipe(o), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(o[1], STDOUT_FILENO);
-        close(o[0]);
-        close(o[1]);
-        char *const argv[] = {"test_refault_scenario", NULL};
-        execve("/proc/self/exe", argv, envp);
-        _exit(127);
+    all[n++] = scen;
+    for (size_t i = 0; vars && vars[i]; i++) {
+        cr_assert_lt(n, 3);
+        all[n++] = vars[i];
     }
-    close(o[1]);
-    size_t len = 0;
-    uint64_t until = now_ms() + 180000;
-    for (;;) {
-        struct pollfd p = {o[0], POLLIN, 0};
-        int left = (int)(until > now_ms() ? until - now_ms() : 0);
-        if (left == 0 || poll(&p, 1, left) == 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            cr_assert_fail("scenario %s timed out; output so far:\n%.*s", scenario, (int)len,
-                           cr->out);
-        }
-        ssize_t k = read(o[0], cr->out + len, sizeof cr->out - 1 - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        len += (size_t)k;
-        if (len == sizeof cr->out - 1) break;
-    }
-    cr->out[len] = 0;
-    close(o[0]);
-    cr_assert_eq(waitpid(pid, &cr->status, 0), pid);
-    cr_log_info("scenario %s:\n%s", scenario, cr->out);
-}
-
-static uint64_t field(const child_run *cr, const char *key) {
-    size_t kl = strlen(key);
-    for (const char *l = cr->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-        if (strncmp(l, key, kl) == 0 && l[kl] == '=') return strtoull(l + kl + 1, NULL, 10);
-    cr_assert_fail("no %s in the scenario's output:\n%s", key, cr->out);
-    return 0;
+    all[n] = NULL;
+    reexec_run("test_refault_scenario", all, scenario, 180000, cr);
 }
 
 static cycle_result cycle_of(const child_run *cr) {
     cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0,
               "scenario exited with status %#x:\n%s", cr->status, cr->out);
     cycle_result r;
-#define GET(f) r.f = field(cr, #f)
+#define GET(f) r.f = reexec_field(cr, #f)
     GET(mechanism);
     GET(purged_pages);
     GET(purged_blocks);
@@ -760,10 +711,10 @@ Test(refault, monitor_off_reports_off, .timeout = 120) {
     const char *vars[] = {"LULL_CONF=refault_monitor=off", NULL};
     run_scenario("mechanism", vars, &cr);
     cr_assert(WIFEXITED(cr.status) && WEXITSTATUS(cr.status) == 0, "%s", cr.out);
-    cr_assert_eq(field(&cr, "mechanism"), LULL_COUNTERS_REFAULT_OFF);
+    cr_assert_eq(reexec_field(&cr, "mechanism"), LULL_COUNTERS_REFAULT_OFF);
     /* and the default in a new process is the present scan */
     run_scenario("mechanism", NULL, &cr);
-    cr_assert_eq(field(&cr, "mechanism"), LULL_COUNTERS_REFAULT_PAGEMAP_SCAN);
+    cr_assert_eq(reexec_field(&cr, "mechanism"), LULL_COUNTERS_REFAULT_PAGEMAP_SCAN);
 }
 
 Test(refault, without_pagemap_scan_counts_purged_slices_reused, .timeout = 180) {
@@ -824,13 +775,13 @@ Test(refault, uffd_wp_arms_memory_the_warm_reserve_drained, .timeout = 180) {
     const char *vars[] = {"LULL_CONF=refault_monitor=on", NULL};
     run_scenario("warm_drain", vars, &cr);
     cr_assert(WIFEXITED(cr.status) && WEXITSTATUS(cr.status) == 0, "%s", cr.out);
-    cr_assert_eq(field(&cr, "ok"), 1, "%s", cr.out);
-    cr_assert_gt(field(&cr, "warm_seen"), 0, "the warm reserve never filled");
-    cr_assert_eq(field(&cr, "warm_left"), 0, "the warm reserve never drained");
-    cr_assert_gt(field(&cr, "armed_slices"), 0);
-    cr_assert_eq(field(&cr, "unarmed_pages"), 0,
+    cr_assert_eq(reexec_field(&cr, "ok"), 1, "%s", cr.out);
+    cr_assert_gt(reexec_field(&cr, "warm_seen"), 0, "the warm reserve never filled");
+    cr_assert_eq(reexec_field(&cr, "warm_left"), 0, "the warm reserve never drained");
+    cr_assert_gt(reexec_field(&cr, "armed_slices"), 0);
+    cr_assert_eq(reexec_field(&cr, "unarmed_pages"), 0,
                  "%llu pages of purged free slices are not write-protected",
-                 (unsigned long long)field(&cr, "unarmed_pages"));
+                 (unsigned long long)reexec_field(&cr, "unarmed_pages"));
 }
 
 /* The same with the default present scan. */
@@ -859,12 +810,12 @@ Test(refault, a_writer_never_waits_for_the_monitor, .timeout = 180) {
     cr_assert(!(WIFEXITED(cr.status) && WEXITSTATUS(cr.status) == 3),
               "the writer did not finish within %d s while the reclaim thread was held:\n%s",
               WATCHDOG_MS / 1000, cr.out);
-    cr_assert_eq(field(&cr, "held_ok"), 1, "the reclaim thread was never held:\n%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "held_ok"), 1, "the reclaim thread was never held:\n%s", cr.out);
     cycle_result r = cycle_of(&cr);
     cr_assert_eq(r.mechanism, LULL_COUNTERS_REFAULT_UFFD_WP);
-    cr_assert_eq(field(&cr, "writer_ok"), 1);
-    cr_assert_eq(field(&cr, "ticks_during"), 0, "the reclaim thread ticked while held");
-    cr_assert_eq(field(&cr, "still_held"), 1);
+    cr_assert_eq(reexec_field(&cr, "writer_ok"), 1);
+    cr_assert_eq(reexec_field(&cr, "ticks_during"), 0, "the reclaim thread ticked while held");
+    cr_assert_eq(reexec_field(&cr, "still_held"), 1);
     /* the writes hit armed (write-protected) pages: once released, the
      * scan reports exactly those, not every page of the reused slices */
     assert_page_level("uffd_wp, written while the reclaim thread was held", &r);

@@ -24,12 +24,11 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "reclaim/warm_reserve.h"
+#include "tests/support/reexec.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,8 +46,6 @@
 #define GAP_MS 300  /* quiet between bursts: > the purge delay */
 #define DELAY_MS 50 /* purge_delay_ms of the scenario */
 #define MAX_BLOCKS 4096
-
-extern char **environ;
 
 static uint64_t now_ms(void) {
     struct timespec t;
@@ -82,11 +79,14 @@ static uint64_t rss_bytes(void) {
 /* The tick hook (the counter page's) is chained: when asked, the reclaim
  * thread waits at the end of a tick until released. */
 extern void (*lull_reclaim_tick_hook)(void);
-static void (*chained_hook)(void);
+/* atomic: the reclaim thread reads it, and lull reads its hook pointer with
+ * a plain load, which orders nothing (tests/tsan/tsan.supp) */
+static void (*_Atomic chained_hook)(void);
 static atomic_int hook_installed, hold_request, held;
 
 static void holding_hook(void) {
-    if (chained_hook) chained_hook();
+    void (*chained)(void) = atomic_load(&chained_hook);
+    if (chained) chained();
     if (!atomic_load(&hold_request)) return;
     atomic_store(&held, 1);
     while (atomic_load(&hold_request))
@@ -96,7 +96,7 @@ static void holding_hook(void) {
 
 static bool hold_reclaim(void) {
     if (!atomic_exchange(&hook_installed, 1)) {
-        chained_hook = lull_reclaim_tick_hook;
+        atomic_store(&chained_hook, lull_reclaim_tick_hook);
         __atomic_store_n(&lull_reclaim_tick_hook, holding_hook, __ATOMIC_RELEASE);
     }
     atomic_store(&hold_request, 1);
@@ -299,75 +299,20 @@ __attribute__((constructor(200))) static void scenario_main(void) {
 
 /* ---- the test side -------------------------------------------------------- */
 
-typedef struct {
-    char out[4096];
-    int status;
-} child_run;
-
-/* Run this program again with the scenario and `conf` as LULL_CONF (the
- * parent's environment minus LULL_* variables). */
+/* Run this program again with `conf` as LULL_CONF (tests/support/reexec.h:
+ * the parent's environment minus LULL_* variables). */
 static void run_scenario(const char *conf, child_run *cr) {
-    static char *envp[512];
     static char conf_var[256];
-    size_t n = 0;
-    for (char **e = environ; *e && n < 500; e++)
-        if (strncmp(*e, "LULL_", 5) != 0) envp[n++] = *e;
     snprintf(conf_var, sizeof conf_var, "LULL_CONF=%s", conf);
-    envp[n++] = conf_var;
-    envp[n++] = "LULL_TEST_WARM=pattern";
-    envp[n++] = "LULL_COUNTER_PAGE=off";
-    envp[n] = NULL;
-
-    int o[2];
-    cr_assert_eq(pipe(o), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(o[1], STDOUT_FILENO);
-        close(o[0]);
-        close(o[1]);
-        char *const argv[] = {"test_warm_reserve_scenario", NULL};
-        execve("/proc/self/exe", argv, envp);
-        _exit(127);
-    }
-    close(o[1]);
-    size_t len = 0;
-    uint64_t until = now_ms() + 240000;
-    for (;;) {
-        struct pollfd p = {o[0], POLLIN, 0};
-        int left = (int)(until > now_ms() ? until - now_ms() : 0);
-        if (left == 0 || poll(&p, 1, left) == 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            cr_assert_fail("scenario (%s) timed out; output so far:\n%.*s", conf, (int)len,
-                           cr->out);
-        }
-        ssize_t k = read(o[0], cr->out + len, sizeof cr->out - 1 - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        len += (size_t)k;
-        if (len == sizeof cr->out - 1) break;
-    }
-    cr->out[len] = 0;
-    close(o[0]);
-    cr_assert_eq(waitpid(pid, &cr->status, 0), pid);
-    cr_log_info("scenario %s:\n%s", conf, cr->out);
+    const char *vars[] = {conf_var, "LULL_TEST_WARM=pattern", NULL};
+    reexec_run("test_warm_reserve_scenario", vars, conf, 240000, cr);
     cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0,
               "scenario exited with status %#x:\n%s", cr->status, cr->out);
 }
 
-static uint64_t field(const child_run *cr, const char *key) {
-    size_t kl = strlen(key);
-    for (const char *l = cr->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-        if (strncmp(l, key, kl) == 0 && l[kl] == '=') return strtoull(l + kl + 1, NULL, 10);
-    cr_assert_fail("no %s in the scenario's output:\n%s", key, cr->out);
-    return 0;
-}
-
 static warm_result result_of(const child_run *cr) {
     warm_result r;
-#define GET(f) r.f = field(cr, #f);
+#define GET(f) r.f = reexec_field(cr, #f);
     FIELDS(GET)
 #undef GET
     cr_assert_eq(r.ok, 1, "the scenario could not run (no reclaim thread?):\n%s", cr->out);

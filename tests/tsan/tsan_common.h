@@ -1,6 +1,6 @@
-/* Shared helpers of the ThreadSanitizer programs (tests/tsan/tsan_*.c). They are
- * plain programs, not Criterion tests: Criterion cannot start under TSan on
- * the development machine. Each program exits 0 when every check passed, 1
+/* Shared helpers of the ThreadSanitizer programs (tests/tsan/tsan_*.c): plain
+ * multi-threaded stress programs that the TSan build runs besides the
+ * Criterion suite. Each program exits 0 when every check passed, 1
  * when a check failed; a TSan report makes the process exit with
  * TSAN_OPTIONS' exitcode (66 as ctest runs them). */
 #ifndef LULL_TSAN_COMMON_H

@@ -1,0 +1,84 @@
+/* Running the test program itself again: see reexec.h. */
+#define _GNU_SOURCE
+#include "reexec.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REEXEC_MAX_ENV 512
+#define REEXEC_MAX_VARS 8
+
+extern char **environ;
+
+static uint64_t reexec_now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+void reexec_run(const char *argv0, const char *const *vars, const char *label, uint64_t timeout_ms,
+                child_run *cr) {
+    static char *envp[REEXEC_MAX_ENV];
+    size_t n = 0;
+    for (char **e = environ; *e && n < REEXEC_MAX_ENV - REEXEC_MAX_VARS - 2; e++)
+        if (strncmp(*e, "LULL_", 5) != 0) envp[n++] = *e;
+    envp[n++] = "LULL_COUNTER_PAGE=off";
+    for (size_t i = 0; vars && vars[i]; i++) {
+        cr_assert_lt(i, REEXEC_MAX_VARS, "more than %d variables for %s", REEXEC_MAX_VARS, label);
+        envp[n++] = (char *)vars[i];
+    }
+    envp[n] = NULL;
+
+    int o[2];
+    cr_assert_eq(pipe(o), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(o[1], STDOUT_FILENO);
+        close(o[0]);
+        close(o[1]);
+        char *const argv[] = {(char *)argv0, NULL};
+        execve("/proc/self/exe", argv, envp);
+        _exit(127);
+    }
+    close(o[1]);
+    size_t len = 0;
+    uint64_t until = reexec_now_ms() + timeout_ms;
+    for (;;) {
+        struct pollfd p = {o[0], POLLIN, 0};
+        uint64_t now = reexec_now_ms();
+        int left = (int)(until > now ? until - now : 0);
+        if (left == 0 || poll(&p, 1, left) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            cr_assert_fail("scenario %s timed out; output so far:\n%.*s", label, (int)len, cr->out);
+        }
+        ssize_t k = read(o[0], cr->out + len, sizeof cr->out - 1 - len);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        len += (size_t)k;
+        if (len == sizeof cr->out - 1) break;
+    }
+    cr->out[len] = 0;
+    close(o[0]);
+    cr_assert_eq(waitpid(pid, &cr->status, 0), pid);
+    cr_log_info("scenario %s:\n%s", label, cr->out);
+}
+
+uint64_t reexec_field(const child_run *cr, const char *key) {
+    size_t kl = strlen(key);
+    for (const char *l = cr->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, key, kl) == 0 && l[kl] == '=') return strtoull(l + kl + 1, NULL, 10);
+    cr_assert_fail("no %s in the scenario's output:\n%s", key, cr->out);
+    return 0;
+}
