@@ -169,7 +169,9 @@ static bool tick(void) {
     __atomic_store_n(&R.stats.cpu_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec,
                      __ATOMIC_RELAXED);
     STAT_ADD(ticks, 1);
-    if (lull_reclaim_tick_hook) lull_reclaim_tick_hook();
+    /* atomic: tests install a hook while this thread runs */
+    void (*hook)(void) = __atomic_load_n(&lull_reclaim_tick_hook, __ATOMIC_ACQUIRE);
+    if (hook) hook();
     return work;
 }
 
