@@ -213,8 +213,7 @@ static void setup_reclaim(purge_kind how) {
  * arms, registers or scans meanwhile. Never call lull_reclaim_now() while
  * it is held. */
 extern void (*lull_reclaim_tick_hook)(void);
-/* atomic: the reclaim thread reads it, and lull reads its hook pointer with
- * a plain load, which orders nothing (tests/tsan/tsan.supp) */
+/* atomic: the reclaim thread reads it while this thread may set it */
 static void (*_Atomic chained_hook)(void);
 static atomic_int hook_installed, hold_request, held;
 

@@ -79,8 +79,7 @@ static uint64_t rss_bytes(void) {
 /* The tick hook (the counter page's) is chained: when asked, the reclaim
  * thread waits at the end of a tick until released. */
 extern void (*lull_reclaim_tick_hook)(void);
-/* atomic: the reclaim thread reads it, and lull reads its hook pointer with
- * a plain load, which orders nothing (tests/tsan/tsan.supp) */
+/* atomic: the reclaim thread reads it while this thread may set it */
 static void (*_Atomic chained_hook)(void);
 static atomic_int hook_installed, hold_request, held;
 
