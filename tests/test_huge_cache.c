@@ -547,6 +547,14 @@ Test(huge_cache, a_child_forked_mid_purge_finds_the_entry_dirty, .init = setup, 
  * unmaps: each child allocates, checks and frees huge blocks (reusing what
  * it inherited in the cache) and its accounting is sane. */
 Test(huge_cache, fork_while_the_cache_churns, .init = setup, .timeout = 300) {
+#ifdef __SANITIZE_ADDRESS__
+    /* A child forked while another thread is inside AddressSanitizer's
+     * malloc inherits ASan's allocator lock held; the child's reclaim thread
+     * then blocks for ever in ASan's thread start-up (pthread_getattr_np ->
+     * calloc), seen in a CI trial. ASan's limitation, not lull's: the release
+     * and ThreadSanitizer stages run this test. */
+    cr_skip_test("fork of a multi-threaded process under AddressSanitizer");
+#endif
     lull_set_purge_delay_ms(0);
     cr_assert(lull_configure("huge_cache_idle_ms", "20"));
     pthread_t r, w;
