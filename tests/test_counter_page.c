@@ -306,6 +306,21 @@ static size_t check_snapshot(const struct lull_counters *s, bool *ours) {
     return 0;
 }
 
+/* Under ThreadSanitizer the reader's instrumented copy of the page takes far
+ * longer than one publication, so a writer that never pauses leaves it almost
+ * no window: one CI run took 1,146 snapshots in 20 s and failed. A pause of
+ * about the copy's length between publications keeps the two racing (every
+ * publication still overlaps many tries) while letting tries succeed. */
+static void pause_between_publications(void) {
+#if defined(__SANITIZE_THREAD__)
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 20000);
+#endif
+}
+
 static atomic_bool writer_stop;
 static atomic_ulong writer_rounds;
 static atomic_int writer_open_rc;
@@ -320,6 +335,7 @@ static void *pattern_writer(void *arg) {
         fill_pattern(&c, k);
         counter_page_publish(&c);
         atomic_store(&writer_rounds, k);
+        pause_between_publications();
     }
     return NULL;
 }
