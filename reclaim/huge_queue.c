@@ -5,10 +5,8 @@
 #include <stdatomic.h>
 
 static lull_huge *_Atomic queue_head;
-static _Atomic uint64_t queued_bytes;
 
 void lull_huge_queue_push(lull_huge *h) {
-    atomic_fetch_add_explicit(&queued_bytes, h->map_len, memory_order_relaxed);
     lull_huge *old = atomic_load_explicit(&queue_head, memory_order_relaxed);
     do {
         h->next = old;
@@ -18,12 +16,4 @@ void lull_huge_queue_push(lull_huge *h) {
 
 lull_huge *lull_huge_queue_take_all(void) {
     return atomic_exchange_explicit(&queue_head, NULL, memory_order_acquire);
-}
-
-void lull_huge_queue_forget_taken(lull_huge *h) {
-    atomic_fetch_sub_explicit(&queued_bytes, h->map_len, memory_order_relaxed);
-}
-
-uint64_t lull_huge_queue_bytes(void) {
-    return atomic_load_explicit(&queued_bytes, memory_order_relaxed);
 }

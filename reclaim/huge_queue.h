@@ -8,8 +8,5 @@
 void lull_huge_queue_push(lull_huge *h);
 /* Take every queued block (oldest last). */
 lull_huge *lull_huge_queue_take_all(void);
-/* Bytes and blocks queued but not yet given back (accounting). */
-uint64_t lull_huge_queue_bytes(void);
-void lull_huge_queue_forget_taken(lull_huge *h);
 
 #endif

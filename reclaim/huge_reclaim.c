@@ -131,7 +131,6 @@ bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, i
     while (list) {
         lull_huge *h = list;
         list = h->next;
-        lull_huge_queue_forget_taken(h);
         work = true;
         if (!keep(b, h, now, bound, c)) release(b, h, false, c);
     }
