@@ -175,9 +175,25 @@ static bool tick(void) {
     return work;
 }
 
+/* Set before the ring exists: its io-wq workers, which run the madvise
+ * calls, inherit the class. SCHED_BATCH and SCHED_IDLE never preempt a
+ * request thread on wake-up; see docs/configuration.md for the measurement. */
+static void set_sched_class(void) {
+    static const int policy[] = {SCHED_OTHER, SCHED_BATCH, SCHED_IDLE};
+    lull_reclaim_sched c = lull_config.reclaim_sched;
+    if (c == LULL_SCHED_NORMAL) return;
+    struct sched_param p = {.sched_priority = 0};
+    int err = pthread_setschedparam(pthread_self(), policy[c], &p);
+    if (err)
+        lull_message("reclaim_sched: cannot set the reclaim thread's class (%s); it runs as "
+                     "normal",
+                     strerror(err));
+}
+
 static void *reclaim_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "lull-reclaim");
+    set_sched_class();
     /* the ring is created here: IORING_SETUP_SINGLE_ISSUER binds it to
      * this thread, and its io-wq workers inherit this thread's CPU set */
     const cpu_set_t *cpus = lull_config.reclaim_cpus_set ? &lull_config.reclaim_cpus : NULL;
@@ -254,7 +270,6 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
         list = h->next;
         size_t room = (size_t)((char *)h->map_base + h->map_len - ((char *)h + h->block_offset));
         int h_node = h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0;
-        lull_huge_queue_forget_taken(h);
         if (!found && h->block_offset == LULL_SLICE_SIZE && h_node == node && room >= size &&
             room / 2 <= size)
             found = h;

@@ -159,6 +159,17 @@ static bool set_reclaim_cpu(const char *v, size_t len) {
     lull_config.reclaim_cpus_set = true;
     return true;
 }
+static bool set_reclaim_sched(const char *v, size_t len) {
+    if (word_is(v, len, "normal"))
+        lull_config.reclaim_sched = LULL_SCHED_NORMAL;
+    else if (word_is(v, len, "batch"))
+        lull_config.reclaim_sched = LULL_SCHED_BATCH;
+    else if (word_is(v, len, "idle"))
+        lull_config.reclaim_sched = LULL_SCHED_IDLE;
+    else
+        return false;
+    return true;
+}
 static bool set_numa(const char *v, size_t len) {
     if (word_is(v, len, "local"))
         lull_config.numa = LULL_NUMA_LOCAL;
@@ -240,6 +251,7 @@ static const struct {
     {"backend", set_backend, "auto, uring, process_madvise or madvise", true},
     {"refault_monitor", set_refault, "auto, on or off", true},
     {"reclaim_cpu", set_reclaim_cpu, "a CPU list such as 3 or 2-3 (':' between ranges)", true},
+    {"reclaim_sched", set_reclaim_sched, "normal, batch or idle", true},
     {"numa", set_numa, "local, interleave, bind or off", true},
     {"numa_nodes", set_numa_nodes, "a node list such as 0-1", true},
     {"counter_page", set_counter_page, "on, off or a name of [A-Za-z0-9._-]", true},
@@ -308,6 +320,7 @@ size_t lull_config_format(char *buf, size_t len) {
     static const char *backends[] = {"auto", "uring", "process_madvise", "madvise"};
     static const char *switches[] = {"auto", "on", "off"};
     static const char *numas[] = {"local", "interleave", "bind", "off"};
+    static const char *scheds[] = {"normal", "batch", "idle"};
     char delay[24];
     /* the run-time keys may change on another thread meanwhile */
     long d = __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
@@ -319,7 +332,8 @@ size_t lull_config_format(char *buf, size_t len) {
         snprintf(buf, len,
                  "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
                  "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
-                 "inline_purge=%d,reclaim_cpu=%s,huge_cache_mb=%zu,huge_cache_idle_ms=%ld",
+                 "inline_purge=%d,reclaim_cpu=%s,reclaim_sched=%s,huge_cache_mb=%zu,"
+                 "huge_cache_idle_ms=%ld",
                  delay, modes[__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)],
                  backends[lull_config.backend], switches[lull_config.refault_monitor],
                  numas[lull_config.numa],
@@ -330,7 +344,7 @@ size_t lull_config_format(char *buf, size_t len) {
                  __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED),
                  __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> 20,
                  __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED),
-                 lull_config.reclaim_cpus_set ? "set" : "any",
+                 lull_config.reclaim_cpus_set ? "set" : "any", scheds[lull_config.reclaim_sched],
                  __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED) >> 20,
                  __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED));
     return n < 0 ? 0 : (size_t)n;

@@ -30,6 +30,8 @@ typedef enum {
     LULL_NUMA_OFF
 } lull_numa_policy;
 typedef enum { LULL_SWITCH_AUTO, LULL_SWITCH_ON, LULL_SWITCH_OFF } lull_switch;
+/* the reclaim thread's scheduling class (SCHED_OTHER, SCHED_BATCH, SCHED_IDLE) */
+typedef enum { LULL_SCHED_NORMAL, LULL_SCHED_BATCH, LULL_SCHED_IDLE } lull_reclaim_sched;
 
 typedef struct {
     long purge_delay_ms; /* auto (-2), never (-1), 0 = immediate, else ms */
@@ -43,11 +45,12 @@ typedef struct {
     bool verbose;
     bool strict_checks; /* costlier invalid/double free detection */
     bool reclaim_cpus_set;
-    cpu_set_t reclaim_cpus;    /* reclaim thread and its io-wq workers */
-    size_t warm_reserve_bytes; /* upper bound of the prefaulted warm reserve */
-    bool inline_purge;         /* purge on the freeing thread if no reclaim thread */
-    size_t huge_cache_bytes;   /* bound of the freed huge mappings kept for reuse */
-    long huge_cache_idle_ms;   /* a cached huge mapping unused this long is unmapped */
+    cpu_set_t reclaim_cpus;           /* reclaim thread and its io-wq workers */
+    lull_reclaim_sched reclaim_sched; /* inherited by its io-wq workers too */
+    size_t warm_reserve_bytes;        /* upper bound of the prefaulted warm reserve */
+    bool inline_purge;                /* purge on the freeing thread if no reclaim thread */
+    size_t huge_cache_bytes;          /* bound of the freed huge mappings kept for reuse */
+    long huge_cache_idle_ms;          /* a cached huge mapping unused this long is unmapped */
 } lull_config_t;
 
 extern lull_config_t lull_config;
