@@ -114,6 +114,13 @@ static inline long thread_minflt(void) {
     return ru.ru_minflt;
 }
 
+/* Voluntary plus involuntary context switches of the calling thread so far. */
+static inline long thread_switches(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0) return -1;
+    return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
 /* Writes one byte in every page of [p, p + n) so that all of it is resident. */
 static inline void touch_pages(void *p, size_t n) {
     volatile char *c = (volatile char *)p;
