@@ -27,6 +27,7 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "src/fault.h"
+#include "tests/support/mem_check.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -65,20 +66,6 @@ static size_t resident_bytes(const void *p, size_t len) {
             total += (vec[i] & 1) * PAGE;
     }
     return total;
-}
-
-/* RSS from /proc/self/statm, read without stdio (no allocation). */
-static size_t rss_now(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    unsigned long size, res;
-    if (sscanf(buf, "%lu %lu", &size, &res) != 2) return 0;
-    return (size_t)res * PAGE;
 }
 
 static void touch(void *p, size_t len, unsigned char v) {
@@ -136,13 +123,13 @@ static void check_purging_works(const char *what) {
     CCHECK(p != NULL, "%s: malloc(12 MiB)", what);
     if (!p) return;
     touch(p, len, 0x5a);
-    size_t rss_before = rss_now(), res_before = resident_bytes(p, len);
+    size_t rss_before = rss_bytes(), res_before = resident_bytes(p, len);
     struct lull_counters c0 = stats_now();
     uint64_t purged_before = purged_by_all(&c0);
     lull_free(p);
     CCHECK(lull_reclaim_now(), "%s: no reclaim thread", what);
     lull_reclaim_now();
-    size_t res_after = resident_bytes(p, len), rss_after = rss_now();
+    size_t res_after = resident_bytes(p, len), rss_after = rss_bytes();
     struct lull_counters c1 = stats_now();
     printf("%s: block resident %zu -> %zu KiB, RSS %zu -> %zu KiB, purged +%llu KiB\n", what,
            res_before >> 10, res_after >> 10, rss_before >> 10, rss_after >> 10,
@@ -346,7 +333,7 @@ static void scenario_no_thread(bool inline_purge, bool huge_too) {
     CCHECK(b == a, "a freed 8 MiB block was not reused (%p, then %p)", (void *)a, (void *)b);
     lull_free(b);
 
-    size_t rss0 = rss_now();
+    size_t rss0 = rss_bytes();
     for (int round = 0; round < 30; round++) {
         void *small[256];
         for (int i = 0; i < 256; i++) {
@@ -372,7 +359,7 @@ static void scenario_no_thread(bool inline_purge, bool huge_too) {
             CCHECK(resident_bytes(huge, 20 * MiB) == 0, "the freed huge block is still resident");
         }
     }
-    size_t rss1 = rss_now();
+    size_t rss1 = rss_bytes();
     printf("RSS %zu -> %zu KiB over 30 rounds of 6 MiB%s + small blocks\n", rss0 >> 10, rss1 >> 10,
            huge_too ? " + 20 MiB" : "");
     /* 30 rounds keep 180 MiB (780 MiB with the huge blocks) busy in turn:
@@ -508,6 +495,27 @@ static int lines_starting(const char *s, const char *prefix) {
 /* The children purge at once, all the way (dontneed), keep nothing warm and
  * publish no counter page unless a test asks for one. */
 #define BASE_CONF "purge_delay_ms=0,purge_mode=dontneed,warm_reserve_mb=0,refault_monitor=off"
+
+/* Runs the child `scenario` with LULL_CONF=conf, LULL_FAULT=fault (none if
+ * NULL) and no counter page, and asserts that it passed (it skips the test
+ * when the machine lacks the mechanism); `label` names the case in the
+ * messages. */
+static void child_passes(const char *label, const char *scenario, const char *conf,
+                         const char *fault, child_result *r) {
+    char conf_var[512], fault_var[256];
+    snprintf(conf_var, sizeof conf_var, "LULL_CONF=%s", conf);
+    snprintf(fault_var, sizeof fault_var, "LULL_FAULT=%s", fault ? fault : "");
+    const char *vars[] = {conf_var, "LULL_COUNTER_PAGE=off", fault ? fault_var : NULL, NULL};
+    run_child(scenario, vars, r);
+    expect_success(label, r);
+}
+
+/* lull said one thing on stderr (one "lull:" line), and it was about
+ * `about`. */
+static void expect_one_message(const child_result *r, const char *about) {
+    cr_assert_eq(lines_starting(r->err, "lull:"), 1, "one message expected; stderr: %s", r->err);
+    cr_assert_not_null(strstr(r->err, about), "no \"%s\" on stderr: %s", about, r->err);
+}
 
 /* ---- mmap (in this process) ---------------------------------------------- */
 
@@ -689,121 +697,88 @@ Test(fault_injection, mmap_fault_while_threads_allocate) {
 
 Test(fault_injection, uring_setup_fails_backend_falls_back, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=uring_setup", "LULL_COUNTER_PAGE=off",
-                          NULL};
-    run_child("uring_at_open", vars, &r);
-    expect_success("uring_setup", &r);
+    child_passes("uring_setup", "uring_at_open", BASE_CONF, "uring_setup", &r);
 }
 
 Test(fault_injection, uring_submit_fails_at_open, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=uring_submit:1",
-                          "LULL_COUNTER_PAGE=off", NULL};
-    run_child("uring_at_open", vars, &r);
-    expect_success("uring_submit:1", &r);
+    child_passes("uring_submit:1", "uring_at_open", BASE_CONF, "uring_submit:1", &r);
 }
 
 Test(fault_injection, uring_completion_fails_at_open, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=uring_cqe:1", "LULL_COUNTER_PAGE=off",
-                          NULL};
-    run_child("uring_at_open", vars, &r);
-    expect_success("uring_cqe:1", &r);
+    child_passes("uring_cqe:1", "uring_at_open", BASE_CONF, "uring_cqe:1", &r);
 }
 
 Test(fault_injection, uring_submit_fails_mid_run, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_COUNTER_PAGE=off", NULL};
-    run_child("uring_submit_mid_run", vars, &r);
-    expect_success("uring_submit mid-run", &r);
+    child_passes("uring_submit mid-run", "uring_submit_mid_run", BASE_CONF, NULL, &r);
     cr_assert_not_null(strstr(r.err, "given up"), "no message about the fallback: %s", r.err);
 }
 
 Test(fault_injection, uring_completion_fails_mid_run, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_COUNTER_PAGE=off", NULL};
-    run_child("uring_cqe_mid_run", vars, &r);
-    expect_success("uring_cqe mid-run", &r);
+    child_passes("uring_cqe mid-run", "uring_cqe_mid_run", BASE_CONF, NULL, &r);
     cr_assert_not_null(strstr(r.err, "given up"), "no message about the fallback: %s", r.err);
 }
 
 Test(fault_injection, process_madvise_fails_madvise_remains, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=uring_setup,process_madvise",
-                          "LULL_COUNTER_PAGE=off", NULL};
-    run_child("madvise_only", vars, &r);
-    expect_success("uring_setup,process_madvise", &r);
+    child_passes("uring_setup,process_madvise", "madvise_only", BASE_CONF,
+                 "uring_setup,process_madvise", &r);
 }
 
 /* Asked for process_madvise by name: falls back to madvise, and says so. */
 Test(fault_injection, process_madvise_asked_for_and_failing, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF ",backend=process_madvise",
-                          "LULL_FAULT=process_madvise", "LULL_COUNTER_PAGE=off", NULL};
-    run_child("madvise_only", vars, &r);
-    expect_success("backend=process_madvise + fault", &r);
-    cr_assert_eq(lines_starting(r.err, "lull:"), 1, "stderr: %s", r.err);
-    cr_assert_not_null(strstr(r.err, "process_madvise"), "stderr: %s", r.err);
+    child_passes("backend=process_madvise + fault", "madvise_only",
+                 BASE_CONF ",backend=process_madvise", "process_madvise", &r);
+    expect_one_message(&r, "process_madvise");
 }
 
 Test(fault_injection, more_ranges_than_the_ring_all_purged, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_COUNTER_PAGE=off", NULL};
-    run_child("full_ring", vars, &r);
-    expect_success("full ring", &r);
+    child_passes("full ring", "full_ring", BASE_CONF, NULL, &r);
 }
 
 Test(fault_injection, more_ranges_than_the_ring_all_purged_by_madvise, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=uring_setup,process_madvise",
-                          "LULL_COUNTER_PAGE=off", NULL};
-    run_child("full_ring", vars, &r);
-    expect_success("full ring, madvise", &r);
+    child_passes("full ring, madvise", "full_ring", BASE_CONF, "uring_setup,process_madvise", &r);
 }
 
 /* ---- refault monitor ----------------------------------------------------- */
 
+#define UFFD_CONF "purge_delay_ms=0,purge_mode=dontneed,warm_reserve_mb=0,refault_monitor=on"
+
 Test(fault_injection, userfaultfd_denied_monitor_falls_back, .timeout = 300) {
     child_result ctl;
-    const char *ctl_vars[] = {"LULL_CONF=purge_delay_ms=0,purge_mode=dontneed,warm_reserve_mb=0,"
-                              "refault_monitor=on",
-                              "LULL_COUNTER_PAGE=off", NULL};
-    run_child("uffd_control", ctl_vars, &ctl);
-    expect_success("uffd control", &ctl);
+    child_passes("uffd control", "uffd_control", UFFD_CONF, NULL, &ctl);
 
     child_result r;
-    const char *vars[] = {"LULL_CONF=purge_delay_ms=0,purge_mode=dontneed,warm_reserve_mb=0,"
-                          "refault_monitor=on,verbose=on",
-                          "LULL_FAULT=uffd", "LULL_COUNTER_PAGE=off", NULL};
-    run_child("uffd_denied", vars, &r);
-    expect_success("uffd denied", &r);
+    child_passes("uffd denied", "uffd_denied", UFFD_CONF ",verbose=on", "uffd", &r);
     /* verbose: the reason is reported */
     cr_assert_not_null(strstr(r.err, "userfaultfd not permitted"), "stderr: %s", r.err);
 }
 
 /* ---- counter page ---------------------------------------------------------- */
 
+/* The one case with a counter page asked for: its own variables. */
 Test(fault_injection, shm_open_denied_no_page_program_goes_on, .timeout = 300) {
     child_result r;
     const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=shm_open", "LULL_COUNTER_PAGE=on",
                           NULL};
     run_child("shm_denied", vars, &r);
     expect_success("shm_open", &r);
-    cr_assert_eq(lines_starting(r.err, "lull:"), 1, "one message expected; stderr: %s", r.err);
-    cr_assert_not_null(strstr(r.err, "counter page"), "stderr: %s", r.err);
+    expect_one_message(&r, "counter page");
 }
 
 /* ---- reclaim thread --------------------------------------------------------- */
 
 Test(fault_injection, reclaim_thread_cannot_start, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=thread_create",
-                          "LULL_COUNTER_PAGE=off", NULL};
-    run_child("no_thread", vars, &r);
-    expect_success("thread_create", &r);
-    cr_assert_eq(lines_starting(r.err, "lull:"), 1, "one message expected; stderr: %s", r.err);
+    child_passes("thread_create", "no_thread", BASE_CONF, "thread_create", &r);
+    expect_one_message(&r, "reclaim thread");
     cr_assert_eq(lines_starting(r.err, ""), 1, "nothing else on stderr: %s", r.err);
-    cr_assert_not_null(strstr(r.err, "reclaim thread"), "stderr: %s", r.err);
     cr_assert_not_null(strstr(r.err, "inline_purge"), "the message names no remedy: %s", r.err);
 }
 
@@ -813,18 +788,12 @@ Test(fault_injection, reclaim_thread_cannot_start, .timeout = 300) {
  * bound. */
 Test(fault_injection, reclaim_thread_cannot_start_huge_blocks_do_not_pile_up, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF, "LULL_FAULT=thread_create",
-                          "LULL_COUNTER_PAGE=off", NULL};
-    run_child("no_thread_huge", vars, &r);
-    expect_success("thread_create, huge blocks", &r);
+    child_passes("thread_create, huge blocks", "no_thread_huge", BASE_CONF, "thread_create", &r);
 }
 
 Test(fault_injection, reclaim_thread_cannot_start_inline_purge, .timeout = 300) {
     child_result r;
-    const char *vars[] = {"LULL_CONF=" BASE_CONF ",inline_purge=on", "LULL_FAULT=thread_create",
-                          "LULL_COUNTER_PAGE=off", NULL};
-    run_child("no_thread_inline_purge", vars, &r);
-    expect_success("thread_create + inline_purge", &r);
-    cr_assert_eq(lines_starting(r.err, "lull:"), 1, "one message expected; stderr: %s", r.err);
-    cr_assert_not_null(strstr(r.err, "reclaim thread"), "stderr: %s", r.err);
+    child_passes("thread_create + inline_purge", "no_thread_inline_purge",
+                 BASE_CONF ",inline_purge=on", "thread_create", &r);
+    expect_one_message(&r, "reclaim thread");
 }

@@ -35,7 +35,9 @@
 #include "lull/counters.h"
 #include "numa/arena.h"
 #include "src/linux_compat.h"
+#include "tests/support/reclaim_hold.h"
 #include "tests/support/reexec.h"
+#include "tests/support/timing.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -61,18 +63,6 @@
 #define NBLOCKS (TOTAL / BLOCK)
 
 /* ---- helpers shared by the in-process test and the scenarios ------------ */
-
-static uint64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
-    }
-}
 
 static struct lull_counters stats(void) {
     struct lull_counters c;
@@ -206,47 +196,6 @@ static void setup_reclaim(purge_kind how) {
     lull_set_purge_delay_ms(0);
 }
 
-/* ---- the reclaim thread held inside its tick ----------------------------- */
-
-/* The tick hook (the counter page's) is chained: when asked, the reclaim
- * thread waits at the end of a tick until released, so nothing purges,
- * arms, registers or scans meanwhile. Never call lull_reclaim_now() while
- * it is held. */
-extern void (*lull_reclaim_tick_hook)(void);
-/* atomic: the reclaim thread reads it while this thread may set it */
-static void (*_Atomic chained_hook)(void);
-static atomic_int hook_installed, hold_request, held;
-
-static void holding_hook(void) {
-    void (*chained)(void) = atomic_load(&chained_hook);
-    if (chained) chained();
-    if (!atomic_load(&hold_request)) return;
-    atomic_store(&held, 1);
-    while (atomic_load(&hold_request))
-        sleep_ms(1);
-    atomic_store(&held, 0);
-}
-
-static bool hold_reclaim(void) {
-    if (!atomic_exchange(&hook_installed, 1)) {
-        atomic_store(&chained_hook, lull_reclaim_tick_hook);
-        __atomic_store_n(&lull_reclaim_tick_hook, holding_hook, __ATOMIC_RELEASE);
-    }
-    atomic_store(&hold_request, 1);
-    uint64_t until = now_ms() + 20000;
-    while (!atomic_load(&held) && now_ms() < until)
-        sleep_ms(2);
-    return atomic_load(&held);
-}
-
-static bool release_reclaim(void) {
-    atomic_store(&hold_request, 0);
-    uint64_t until = now_ms() + 20000;
-    while (atomic_load(&held) && now_ms() < until)
-        sleep_ms(2);
-    return !atomic_load(&held);
-}
-
 /* uffd_wp: every purged slice that is free (FREE_CLEAN with a purge time,
  * so watched when it is taken again) must be write-protected, or all its
  * pages read as written. Counts the pages that are not, with the reclaim
@@ -255,7 +204,7 @@ static void check_armed(uint64_t *slices, uint64_t *unarmed) {
     *slices = *unarmed = 0;
     if (stats().refault_mechanism != LULL_COUNTERS_REFAULT_UFFD_WP) return;
     int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || !hold_reclaim()) {
+    if (fd < 0 || !reclaim_hold()) {
         *unarmed = UINT64_MAX;
         if (fd >= 0) close(fd);
         return;
@@ -284,7 +233,7 @@ static void check_armed(uint64_t *slices, uint64_t *unarmed) {
                 for (long k = 0; k < n; k++)
                     *unarmed += (v[k].end - v[k].start) / PAGE;
             }
-    release_reclaim();
+    reclaim_release();
     close(fd);
 }
 
@@ -318,7 +267,7 @@ static bool phase_a(cycle_result *r, uint64_t *started_at, purge_kind how) {
      * their memory is free, so its next tick purges them before anything
      * else happens to them (e.g. userfaultfd registration) */
     bool hold_until_freed = how == PURGE_FRESH_SEGMENTS;
-    if (hold_until_freed && !hold_reclaim()) return false;
+    if (hold_until_freed && !reclaim_hold()) return false;
     for (size_t i = 0; i < NBLOCKS; i++) {
         blocks_a[i] = lull_malloc(BLOCK);
         if (!blocks_a[i]) return false;
@@ -328,7 +277,7 @@ static bool phase_a(cycle_result *r, uint64_t *started_at, purge_kind how) {
     uint64_t p0 = stats().purged_pages;
     for (size_t i = 0; i < NBLOCKS; i++)
         lull_free(blocks_a[i]);
-    if (hold_until_freed && !release_reclaim()) return false;
+    if (hold_until_freed && !reclaim_release()) return false;
     if (!purge_all()) return false;
     uint64_t purged_at = now_ms();
     if (how == PURGE_LAZY) {
@@ -447,7 +396,7 @@ static noblock_result run_noblock(void) {
     struct lull_counters s0 = stats();
 
     /* hold the reclaim thread: no scan, no purge, no arming from here */
-    n.held_ok = hold_reclaim();
+    n.held_ok = reclaim_hold();
     if (!n.held_ok) return n;
     uint64_t ticks0 = stats().reclaim_ticks;
 
@@ -460,9 +409,9 @@ static noblock_result run_noblock(void) {
     if (!n.writer_ok) return n; /* the writer is stuck: report, do not join */
     pthread_join(t, NULL);
     n.ticks_during = stats().reclaim_ticks - ticks0;
-    n.still_held = (uint64_t)atomic_load(&held);
+    n.still_held = (uint64_t)reclaim_held();
 
-    if (!release_reclaim()) return n;
+    if (!reclaim_release()) return n;
     settle_scans();
     struct lull_counters s1 = stats();
     measure(&n.c, &s0, &s1, started_at);

@@ -7,6 +7,7 @@
  * purge or a free-list write shows up as a broken pattern. */
 #define _GNU_SOURCE
 #include "lull.h"
+#include "tests/support/mem_check.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -54,15 +55,6 @@ static void fail(const char *fmt, ...) {
     va_end(ap);
 }
 
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
 /* Offsets of the pattern's words: every word of a small block, one word per
  * 256 bytes of a bigger one, one per 16 pages above 1 MiB (page faults are
  * slow in some VMs), and the last word. */
@@ -70,41 +62,41 @@ static size_t step_for(size_t size) {
     return size <= 4096 ? 8 : size <= MiB ? 256 : 65536;
 }
 
-static void pat_fill(void *p, size_t size, uint64_t seed) {
+static void words_fill(void *p, size_t size, uint64_t seed) {
     uint8_t *b = p;
     size_t st = step_for(size);
     for (size_t off = 0; off + 16 <= size; off += st) { /* not over the last word */
-        uint64_t v = mix((uintptr_t)p ^ seed ^ off ^ size);
+        uint64_t v = mix64((uintptr_t)p ^ seed ^ off ^ size);
         memcpy(b + off, &v, 8);
     }
     if (size >= 8) {
-        uint64_t v = mix((uintptr_t)p ^ seed ^ (size - 8) ^ size);
+        uint64_t v = mix64((uintptr_t)p ^ seed ^ (size - 8) ^ size);
         memcpy(b + size - 8, &v, 8);
     } else {
         for (size_t i = 0; i < size; i++)
-            b[i] = (uint8_t)mix((uintptr_t)p ^ seed ^ i ^ 77);
+            b[i] = (uint8_t)mix64((uintptr_t)p ^ seed ^ i ^ 77);
     }
 }
 
 /* Check the pattern written at `orig` for `size` bytes, now at p, over the
  * first `keep` bytes (keep < size after a shrinking realloc). */
-static bool pat_check(const void *p, const void *orig, size_t size, size_t keep, uint64_t seed) {
+static bool words_check(const void *p, const void *orig, size_t size, size_t keep, uint64_t seed) {
     const uint8_t *b = p;
     size_t st = step_for(size);
     for (size_t off = 0; off + 8 <= keep && off + 16 <= size; off += st) {
         uint64_t v;
         memcpy(&v, b + off, 8);
-        if (v != mix((uintptr_t)orig ^ seed ^ off ^ size)) return false;
+        if (v != mix64((uintptr_t)orig ^ seed ^ off ^ size)) return false;
     }
     if (size >= 8) {
         if (keep == size) {
             uint64_t v;
             memcpy(&v, b + size - 8, 8);
-            if (v != mix((uintptr_t)orig ^ seed ^ (size - 8) ^ size)) return false;
+            if (v != mix64((uintptr_t)orig ^ seed ^ (size - 8) ^ size)) return false;
         }
     } else {
         for (size_t i = 0; i < size && i < keep; i++)
-            if (b[i] != (uint8_t)mix((uintptr_t)orig ^ seed ^ i ^ 77)) return false;
+            if (b[i] != (uint8_t)mix64((uintptr_t)orig ^ seed ^ i ^ 77)) return false;
     }
     return true;
 }
@@ -133,7 +125,7 @@ static size_t pick_size(worker *w) {
 }
 
 static bool drop(obj *o, const char *why) {
-    if (!pat_check(o->p, o->p, o->size, o->size, o->seed)) {
+    if (!words_check(o->p, o->p, o->size, o->size, o->seed)) {
         fail("%s: pattern of %zu-byte block %p broken", why, o->size, o->p);
         return false;
     }
@@ -188,7 +180,7 @@ static bool new_obj(worker *w, obj *o) {
     o->p = p;
     o->size = size;
     o->seed = rnd(w);
-    pat_fill(p, size, o->seed);
+    words_fill(p, size, o->seed);
     return true;
 }
 
@@ -202,7 +194,7 @@ static bool re_alloc(worker *w, obj *o) {
     else
         size = pick_size(w);
     if (size > 40 * MiB) size = 40 * MiB;
-    if (!pat_check(o->p, o->p, o->size, o->size, o->seed)) {
+    if (!words_check(o->p, o->p, o->size, o->size, o->seed)) {
         fail("before realloc: pattern of %zu-byte block %p broken", o->size, o->p);
         return false;
     }
@@ -212,7 +204,7 @@ static bool re_alloc(worker *w, obj *o) {
         return false;
     }
     size_t keep = size < o->size ? size : o->size;
-    if (!pat_check(q, o->p, o->size, keep, o->seed)) {
+    if (!words_check(q, o->p, o->size, keep, o->seed)) {
         fail("realloc %zu -> %zu (%p -> %p) lost contents", o->size, size, o->p, q);
         return false;
     }
@@ -225,7 +217,7 @@ static bool re_alloc(worker *w, obj *o) {
     o->p = q;
     o->size = size;
     o->seed = rnd(w);
-    pat_fill(q, size, o->seed);
+    words_fill(q, size, o->seed);
     atomic_fetch_add_explicit(&reallocs, 1, memory_order_relaxed);
     return true;
 }
@@ -290,7 +282,7 @@ static void *stress_thread(void *arg) {
             for (unsigned i = 0; i < n; i++) {
                 /* keep some (they are freed or reallocated here later) */
                 if (w->n < LOCAL_MAX && rnd(w) % 2) {
-                    if (!pat_check(in[i].p, in[i].p, in[i].size, in[i].size, in[i].seed)) {
+                    if (!words_check(in[i].p, in[i].p, in[i].size, in[i].size, in[i].seed)) {
                         fail("received block %p (%zu B) broken", in[i].p, in[i].size);
                         break;
                     }

@@ -24,7 +24,10 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "reclaim/warm_reserve.h"
+#include "tests/support/mem_check.h"
+#include "tests/support/reclaim_hold.h"
 #include "tests/support/reexec.h"
+#include "tests/support/timing.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -47,70 +50,10 @@
 #define DELAY_MS 50 /* purge_delay_ms of the scenario */
 #define MAX_BLOCKS 4096
 
-static uint64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
-    }
-}
-
 static uint64_t warm_now(void) {
     struct lull_counters c;
     lull_stats(&c);
     return c.total.warm;
-}
-
-static uint64_t rss_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    unsigned long size = 0, resident = 0;
-    if (fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
-    fclose(f);
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-/* ---- holding the reclaim thread ----------------------------------------- */
-
-/* The tick hook (the counter page's) is chained: when asked, the reclaim
- * thread waits at the end of a tick until released. */
-extern void (*lull_reclaim_tick_hook)(void);
-/* atomic: the reclaim thread reads it while this thread may set it */
-static void (*_Atomic chained_hook)(void);
-static atomic_int hook_installed, hold_request, held;
-
-static void holding_hook(void) {
-    void (*chained)(void) = atomic_load(&chained_hook);
-    if (chained) chained();
-    if (!atomic_load(&hold_request)) return;
-    atomic_store(&held, 1);
-    while (atomic_load(&hold_request))
-        sleep_ms(1);
-    atomic_store(&held, 0);
-}
-
-static bool hold_reclaim(void) {
-    if (!atomic_exchange(&hook_installed, 1)) {
-        atomic_store(&chained_hook, lull_reclaim_tick_hook);
-        __atomic_store_n(&lull_reclaim_tick_hook, holding_hook, __ATOMIC_RELEASE);
-    }
-    atomic_store(&hold_request, 1);
-    uint64_t until = now_ms() + 20000;
-    while (!atomic_load(&held) && now_ms() < until)
-        sleep_ms(1);
-    return atomic_load(&held);
-}
-
-static bool release_reclaim(void) {
-    atomic_store(&hold_request, 0);
-    uint64_t until = now_ms() + 20000;
-    while (atomic_load(&held) && now_ms() < until)
-        sleep_ms(1);
-    return !atomic_load(&held);
 }
 
 /* ---- the sampling thread ------------------------------------------------- */
@@ -203,11 +146,11 @@ static warm_result run_pattern(void) {
         atomic_store(&phase, 0);
         /* the allocations of the burst with the reclaim thread held: warm
          * slices can only leave the reserve by being handed out */
-        if (!hold_reclaim()) break;
+        if (!reclaim_hold()) break;
         uint64_t w0 = warm_now();
         size_t n = burst_alloc();
         uint64_t w1 = warm_now();
-        if (!release_reclaim()) break;
+        if (!reclaim_release()) break;
         if (w0 > 0) {
             r.used_bursts++;
             r.used_total += w0 > w1 ? w0 - w1 : 0;

@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
+#include "tests/support/mem_check.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,46 +104,14 @@ __attribute__((format(printf, 1, 2))) static void failure_go_on(const char *fmt,
     atomic_fetch_add(&failures, 1);
 }
 
-static inline uint64_t rng_next(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
-static inline uint8_t pat(const void *p, uint64_t seed, size_t off) {
-    uint64_t x = (uintptr_t)p ^ seed ^ (off * 0x9E3779B97F4A7C15ULL);
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    return (uint8_t)(x >> 32);
-}
-
-/* The first 256 bytes, one byte in every 4 KiB page, the last byte. */
-static void fill(void *p, size_t size, uint64_t seed) {
-    uint8_t *b = p;
-    size_t head = size < 256 ? size : 256;
-    for (size_t i = 0; i < head; i++)
-        b[i] = pat(p, seed, i);
-    for (size_t off = 4096; off < size; off += 4096)
-        b[off] = pat(p, seed, off);
-    if (size) b[size - 1] = pat(p, seed, size - 1);
-}
-
+/* The pattern (tests/support/mem_check.h) of a block, checked before it is
+ * freed or reallocated. */
 static bool check(const item *it, const char *when) {
-    const uint8_t *b = it->p;
-    size_t head = it->size < 256 ? it->size : 256;
-    size_t bad = SIZE_MAX;
-    for (size_t i = 0; i < head && bad == SIZE_MAX; i++)
-        if (b[i] != pat(b, it->seed, i)) bad = i;
-    for (size_t off = 4096; off < it->size && bad == SIZE_MAX; off += 4096)
-        if (b[off] != pat(b, it->seed, off)) bad = off;
-    if (bad == SIZE_MAX && it->size && b[it->size - 1] != pat(b, it->seed, it->size - 1))
-        bad = it->size - 1;
+    size_t bad = pat_first_bad(it->p, it->size, it->seed);
     if (bad == SIZE_MAX) return true;
+    const uint8_t *b = it->p;
     failure("%s: block %p of %zu bytes: byte %zu is %#x, expected %#x", when, it->p, it->size, bad,
-            b[bad], pat(b, it->seed, bad));
+            b[bad], pat_byte(b, it->seed, bad));
     return false;
 }
 
@@ -226,7 +195,7 @@ static void *worker(void *arg) {
                         }
                 }
                 item it = {p, size, rng_next(&rng)};
-                fill(p, size, it.seed);
+                pat_fill(p, size, it.seed);
                 live[n++] = it;
                 mine += size;
                 ADD(c, allocs, 1);
@@ -246,7 +215,7 @@ static void *worker(void *arg) {
                         break;
                     }
                     live[i] = (item){q, ns, rng_next(&rng)};
-                    fill(q, ns, live[i].seed);
+                    pat_fill(q, ns, live[i].seed);
                     mine = mine - it.size + ns;
                     ADD(c, reallocs, 1);
                     ADD(c, bytes_in, ns);
@@ -275,30 +244,12 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static size_t rss_bytes(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t k = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (k <= 0) return 0;
-    buf[k] = 0;
-    unsigned long size, res;
-    if (sscanf(buf, "%lu %lu", &size, &res) != 2) return 0;
-    return (size_t)res * 4096;
-}
-
 /* LazyFree bytes (pages given back with MADV_FREE that the kernel has not
  * taken yet: counted in RSS, reclaimed without I/O the moment memory is
  * short), from /proc/self/smaps_rollup. */
 static size_t lazyfree_bytes(void) {
     char buf[4096];
-    int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t k = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (k <= 0) return 0;
-    buf[k] = 0;
+    if (!read_proc("/proc/self/smaps_rollup", buf, sizeof buf)) return 0;
     const char *l = strstr(buf, "LazyFree:");
     unsigned long kb = 0;
     if (l && sscanf(l, "LazyFree: %lu kB", &kb) != 1) kb = 0;

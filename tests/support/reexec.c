@@ -1,6 +1,7 @@
 /* Running the test program itself again: see reexec.h. */
 #define _GNU_SOURCE
 #include "reexec.h"
+#include "timing.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -18,12 +19,6 @@
 #define REEXEC_MAX_VARS 8
 
 extern char **environ;
-
-static uint64_t reexec_now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 void reexec_run(const char *argv0, const char *const *vars, const char *label, uint64_t timeout_ms,
                 child_run *cr) {
@@ -53,10 +48,10 @@ void reexec_run(const char *argv0, const char *const *vars, const char *label, u
     }
     close(o[1]);
     size_t len = 0;
-    uint64_t until = reexec_now_ms() + timeout_ms;
+    uint64_t until = now_ms() + timeout_ms;
     for (;;) {
         struct pollfd p = {o[0], POLLIN, 0};
-        uint64_t now = reexec_now_ms();
+        uint64_t now = now_ms();
         int left = (int)(until > now ? until - now : 0);
         if (left == 0 || poll(&p, 1, left) == 0) {
             kill(pid, SIGKILL);

@@ -2,7 +2,9 @@
  * multi-threaded stress programs that the TSan build runs besides the
  * Criterion suite. Each program exits 0 when every check passed, 1
  * when a check failed; a TSan report makes the process exit with
- * TSAN_OPTIONS' exitcode (66 as ctest runs them). */
+ * TSAN_OPTIONS' exitcode (66 as ctest runs them). RSS and the content
+ * pattern (mix64, rng_next, rss_bytes, pat_fill, pat_check) come from
+ * tests/support/mem_check.h. */
 #ifndef LULL_TSAN_COMMON_H
 #define LULL_TSAN_COMMON_H
 
@@ -10,6 +12,7 @@
 #define _GNU_SOURCE
 #endif
 #include "lull.h"
+#include "tests/support/mem_check.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,53 +58,6 @@ __attribute__((unused)) static int tsan_finish(const char *name) {
     return f ? 1 : 0;
 }
 
-/* xorshift64*: one per thread */
-static inline uint64_t rng_next(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-/* A content pattern: the first 256 bytes, one byte in every 4 KiB page and
- * the last byte (every page written, so a purge of a live block is seen;
- * cheap enough for multi-MiB blocks under TSan). */
-static inline uint8_t pat_byte(const void *p, uint64_t seed, size_t off) {
-    return (uint8_t)mix64((uintptr_t)p ^ seed ^ (off * 0x9E3779B97F4A7C15ULL));
-}
-
-__attribute__((unused)) static void pat_fill(void *p, size_t size, uint64_t seed) {
-    uint8_t *b = p;
-    size_t head = size < 256 ? size : 256;
-    for (size_t i = 0; i < head; i++)
-        b[i] = pat_byte(p, seed, i);
-    for (size_t off = 4096; off < size; off += 4096)
-        b[off] = pat_byte(p, seed, off);
-    if (size) b[size - 1] = pat_byte(p, seed, size - 1);
-}
-
-__attribute__((unused)) static bool pat_check(const void *p, size_t size, uint64_t seed) {
-    const uint8_t *b = p;
-    size_t head = size < 256 ? size : 256;
-    for (size_t i = 0; i < head; i++)
-        if (b[i] != pat_byte(p, seed, i)) return false;
-    for (size_t off = 4096; off < size; off += 4096)
-        if (b[off] != pat_byte(p, seed, off)) return false;
-    if (size && b[size - 1] != pat_byte(p, seed, size - 1)) return false;
-    return true;
-}
-
 /* A block handed between threads. */
 typedef struct {
     void *p;
@@ -145,16 +101,6 @@ static inline double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* Resident set size of this process, bytes (from /proc/self/statm). */
-__attribute__((unused)) static size_t rss_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    unsigned long size = 0, res = 0;
-    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
-    fclose(f);
-    return (size_t)res * 4096;
 }
 
 /* Resident bytes of the program's own memory: /proc/self/smaps less TSan's

@@ -1,0 +1,95 @@
+/* What the tests read back of memory: the process's resident set size and a
+ * content pattern that shows a block handed out twice, overwritten or
+ * purged while live. Header-only (static inline), with no Criterion and no
+ * allocation, so the Criterion tests, their re-executed children, the
+ * ThreadSanitizer programs (tests/tsan/) and the soak test (tests/soak/)
+ * can all use it. */
+#ifndef LULL_TEST_MEM_CHECK_H
+#define LULL_TEST_MEM_CHECK_H
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+/* A 64-bit mixer (MurmurHash3's finalizer). */
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* xorshift64*: one state per thread, never 0. */
+static inline uint64_t rng_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* The start of a /proc file (up to size - 1 bytes), NUL-terminated, read
+ * with one read() and no allocation; false if it cannot be read. */
+__attribute__((unused)) static bool read_proc(const char *path, char *buf, size_t size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    return true;
+}
+
+/* Resident set size of this process in bytes, from /proc/self/statm read
+ * without stdio (no allocation: lull may be the malloc being measured);
+ * 0 if it cannot be read. */
+__attribute__((unused)) static size_t rss_bytes(void) {
+    char buf[128];
+    unsigned long size, res;
+    if (!read_proc("/proc/self/statm", buf, sizeof buf) || sscanf(buf, "%lu %lu", &size, &res) != 2)
+        return 0;
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The content pattern of a block: the first 256 bytes, one byte in every
+ * 4 KiB page and the last byte, each derived from the block's address, a
+ * seed and the offset. Every page is written, so a purge of a live block is
+ * seen, and it is cheap enough for multi-MiB blocks under TSan. */
+static inline uint8_t pat_byte(const void *p, uint64_t seed, size_t off) {
+    return (uint8_t)mix64((uintptr_t)p ^ seed ^ (off * 0x9E3779B97F4A7C15ULL));
+}
+
+__attribute__((unused)) static void pat_fill(void *p, size_t size, uint64_t seed) {
+    uint8_t *b = p;
+    size_t head = size < 256 ? size : 256;
+    for (size_t i = 0; i < head; i++)
+        b[i] = pat_byte(p, seed, i);
+    for (size_t off = 4096; off < size; off += 4096)
+        b[off] = pat_byte(p, seed, off);
+    if (size) b[size - 1] = pat_byte(p, seed, size - 1);
+}
+
+/* The offset of the first byte of the pattern that differs, SIZE_MAX if
+ * none does. */
+__attribute__((unused)) static size_t pat_first_bad(const void *p, size_t size, uint64_t seed) {
+    const uint8_t *b = p;
+    size_t head = size < 256 ? size : 256;
+    for (size_t i = 0; i < head; i++)
+        if (b[i] != pat_byte(p, seed, i)) return i;
+    for (size_t off = 4096; off < size; off += 4096)
+        if (b[off] != pat_byte(p, seed, off)) return off;
+    if (size && b[size - 1] != pat_byte(p, seed, size - 1)) return size - 1;
+    return SIZE_MAX;
+}
+
+__attribute__((unused)) static bool pat_check(const void *p, size_t size, uint64_t seed) {
+    return pat_first_bad(p, size, seed) == SIZE_MAX;
+}
+
+#endif
