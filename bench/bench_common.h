@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +113,17 @@ static inline long thread_minflt(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_THREAD, &ru) != 0) return -1;
     return ru.ru_minflt;
+}
+
+/* Zeroed memory straight from the kernel, for the benchmark's own arrays:
+ * they must not come from (or disturb) the allocator under test. */
+static inline void *map_array(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    return p;
 }
 
 /* Voluntary plus involuntary context switches of the calling thread so far. */

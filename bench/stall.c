@@ -149,15 +149,6 @@ static void report_syscalls(void) {
 
 /* ---- the scenario ------------------------------------------------------ */
 
-static void *map_array(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(1);
-    }
-    return p;
-}
-
 static void *xmalloc(size_t n) {
     void *p = malloc(n);
     if (!p) {
