@@ -7,9 +7,11 @@
 # ALLOCATOR is lull (default), glibc, jemalloc, mimalloc or tcmalloc, loaded
 # as in run.sh. As root: traces one CPU (interrupts, IPIs, TLB flushes, page
 # faults, context switches, timers) while bench_slow_free_trace frees 512 MiB
-# of 64 KiB blocks on it, then prints each slow free with the guest events
-# inside its window. A slow free with none was spent outside the guest (the
-# hypervisor had the vCPU), or in the allocator's own code.
+# of 64 KiB blocks on it and then churns small blocks, and prints each slow
+# call with the guest events inside its window. A slow call with none was
+# spent outside the guest (the hypervisor had the vCPU), or in the
+# allocator's own code. LULL_CONF=purge_delay_ms=never in the environment
+# shows lull without purges.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -59,13 +61,13 @@ for line in lines:
     if not m:
         continue
     t, name, rest = float(m.group(1)), m.group(2).rstrip(":"), m.group(3)
-    s = re.search(r"SLOW rep=(\d+) free=(\d+) us=([\d.]+) from=([\d.]+) to=([\d.]+)", line)
+    s = re.search(r"SLOW rep=\d+ \S+ us=([\d.]+) from=([\d.]+) to=([\d.]+)", line)
     if s:
-        slows.append((float(s.group(4)), float(s.group(5)), s.group(0)))
+        slows.append((float(s.group(2)), float(s.group(3)), s.group(0), float(s.group(1))))
     else:
         events.append((t, name, rest))
 quiet = 0
-for a, b, what in slows:
+for a, b, what, us in slows:
     inside = [e for e in events if a - 1e-6 <= e[0] <= b + 1e-6]
     print(what)
     for t, name, rest in inside:
@@ -73,5 +75,6 @@ for a, b, what in slows:
     if not inside:
         print("    (no guest event inside)")
         quiet += 1
-print(f"{len(slows)} slow frees, {quiet} with no guest event inside")
+over = sum(1 for s in slows if s[3] > 100)
+print(f"{len(slows)} slow calls, {quiet} with no guest event inside, {over} over 100 us")
 EOF
