@@ -126,6 +126,16 @@ static inline void *map_array(size_t bytes) {
     return p;
 }
 
+/* Fisher-Yates shuffle of a[0..n), driven by rng_next. */
+static inline void shuffle_u32(uint32_t *a, size_t n, uint64_t *rng) {
+    for (size_t i = n ? n - 1 : 0; i > 0; i--) {
+        size_t j = rng_next(rng) % (i + 1);
+        uint32_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
 /* Voluntary plus involuntary context switches of the calling thread so far. */
 static inline long thread_switches(void) {
     struct rusage ru;

@@ -106,12 +106,7 @@ static void make_working_set(void) {
     if (ptrs == MAP_FAILED || perm == MAP_FAILED) exit(1);
     for (size_t i = 0; i < nobj; i++)
         perm[i] = (uint32_t)i;
-    for (size_t i = nobj - 1; i > 0; i--) {
-        size_t j = rng_next(&rng) % (i + 1);
-        uint32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    shuffle_u32(perm, nobj, &rng);
     printf("INFO %s working set %zu objects, %.1f MiB\n", SC, nobj, (double)total / BENCH_MIB);
 }
 

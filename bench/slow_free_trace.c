@@ -71,12 +71,7 @@ int main(int argc, char **argv) {
             touch_pages(blocks[i], bs);
             order[i] = (uint32_t)i;
         }
-        for (size_t i = n - 1; i > 0; i--) {
-            size_t j = rng_next(&rng) % (i + 1);
-            uint32_t t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
+        shuffle_u32(order, n, &rng);
         uint64_t slowest = 0;
         for (size_t k = 0; k < n; k++) {
             uint64_t a = now_ns();

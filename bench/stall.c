@@ -226,13 +226,7 @@ static void scenario(const struct config *c) {
         touch_pages(blocks[i], bs);
         order[i] = (uint32_t)i;
     }
-    if (c->shuffle)
-        for (size_t i = nblocks - 1; i > 0; i--) {
-            size_t j = rng_next(&rng) % (i + 1);
-            uint32_t t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
+    if (c->shuffle) shuffle_u32(order, nblocks, &rng);
     double rss_bulk_live = rss_mib();
     uint64_t slowest = 0, slowest_unswitched = 0, bulk_sum = 0;
     size_t slowest_at = 0, switched = 0;

@@ -99,6 +99,21 @@ static void set_node(unsigned node, void *arg) {
     *(uint64_t *)arg |= (uint64_t)1 << node;
 }
 
+/* The words of the enumerated keys, in enum order: parsed and printed. */
+static const char *const mode_names[] = {"auto", "dontneed", "free"};
+static const char *const backend_names[] = {"auto", "uring", "process_madvise", "madvise"};
+static const char *const switch_names[] = {"auto", "on", "off"};
+static const char *const numa_names[] = {"local", "interleave", "bind", "off"};
+static const char *const sched_names[] = {"normal", "batch", "idle"};
+#define COUNT(a) ((int)(sizeof(a) / sizeof(a)[0]))
+
+/* Index of the word v in names, or -1. */
+static int word_index(const char *v, size_t len, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (word_is(v, len, names[i])) return i;
+    return -1;
+}
+
 static bool set_purge_delay(const char *v, size_t len) {
     long x;
     if (word_is(v, len, "auto"))
@@ -113,29 +128,16 @@ static bool set_purge_delay(const char *v, size_t len) {
 /* Keys that change at run time are stored atomically: the reclaim thread
  * reads them on every tick. */
 static bool set_purge_mode(const char *v, size_t len) {
-    lull_purge_mode m;
-    if (word_is(v, len, "auto"))
-        m = LULL_MODE_AUTO;
-    else if (word_is(v, len, "dontneed"))
-        m = LULL_MODE_DONTNEED;
-    else if (word_is(v, len, "free"))
-        m = LULL_MODE_FREE;
-    else
-        return false;
-    __atomic_store_n(&lull_config.purge_mode, m, __ATOMIC_RELAXED);
+    int m = word_index(v, len, mode_names, COUNT(mode_names));
+    if (m < 0) return false;
+    __atomic_store_n(&lull_config.purge_mode, (lull_purge_mode)m, __ATOMIC_RELAXED);
     return true;
 }
 static bool set_backend(const char *v, size_t len) {
-    if (word_is(v, len, "auto"))
-        lull_config.backend = LULL_BACKEND_AUTO;
-    else if (word_is(v, len, "uring"))
-        lull_config.backend = LULL_BACKEND_URING;
-    else if (word_is(v, len, "process_madvise"))
-        lull_config.backend = LULL_BACKEND_PROCESS_MADVISE;
-    else if (word_is(v, len, "madvise") || word_is(v, len, "syscall"))
-        lull_config.backend = LULL_BACKEND_MADVISE;
-    else
-        return false;
+    int b = word_is(v, len, "syscall") ? LULL_BACKEND_MADVISE
+                                       : word_index(v, len, backend_names, COUNT(backend_names));
+    if (b < 0) return false;
+    lull_config.backend = (lull_backend_kind)b;
     return true;
 }
 static bool set_switch(lull_switch *out, const char *v, size_t len) {
@@ -160,27 +162,15 @@ static bool set_reclaim_cpu(const char *v, size_t len) {
     return true;
 }
 static bool set_reclaim_sched(const char *v, size_t len) {
-    if (word_is(v, len, "normal"))
-        lull_config.reclaim_sched = LULL_SCHED_NORMAL;
-    else if (word_is(v, len, "batch"))
-        lull_config.reclaim_sched = LULL_SCHED_BATCH;
-    else if (word_is(v, len, "idle"))
-        lull_config.reclaim_sched = LULL_SCHED_IDLE;
-    else
-        return false;
+    int c = word_index(v, len, sched_names, COUNT(sched_names));
+    if (c < 0) return false;
+    lull_config.reclaim_sched = (lull_reclaim_sched)c;
     return true;
 }
 static bool set_numa(const char *v, size_t len) {
-    if (word_is(v, len, "local"))
-        lull_config.numa = LULL_NUMA_LOCAL;
-    else if (word_is(v, len, "interleave"))
-        lull_config.numa = LULL_NUMA_INTERLEAVE;
-    else if (word_is(v, len, "bind"))
-        lull_config.numa = LULL_NUMA_BIND;
-    else if (word_is(v, len, "off"))
-        lull_config.numa = LULL_NUMA_OFF;
-    else
-        return false;
+    int p = word_index(v, len, numa_names, COUNT(numa_names));
+    if (p < 0) return false;
+    lull_config.numa = (lull_numa_policy)p;
     return true;
 }
 static bool set_numa_nodes(const char *v, size_t len) {
@@ -316,11 +306,6 @@ void lull_config_load(void) {
 }
 
 size_t lull_config_format(char *buf, size_t len) {
-    static const char *modes[] = {"auto", "dontneed", "free"};
-    static const char *backends[] = {"auto", "uring", "process_madvise", "madvise"};
-    static const char *switches[] = {"auto", "on", "off"};
-    static const char *numas[] = {"local", "interleave", "bind", "off"};
-    static const char *scheds[] = {"normal", "batch", "idle"};
     char delay[24];
     /* the run-time keys may change on another thread meanwhile */
     long d = __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
@@ -328,24 +313,24 @@ size_t lull_config_format(char *buf, size_t len) {
         snprintf(delay, sizeof delay, "auto");
     else
         snprintf(delay, sizeof delay, "%ld", d);
-    int n =
-        snprintf(buf, len,
-                 "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
-                 "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
-                 "inline_purge=%d,reclaim_cpu=%s,reclaim_sched=%s,huge_cache_mb=%zu,"
-                 "huge_cache_idle_ms=%ld",
-                 delay, modes[__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)],
-                 backends[lull_config.backend], switches[lull_config.refault_monitor],
-                 numas[lull_config.numa],
-                 lull_config.counter_page
-                     ? (lull_config.counter_page_name[0] ? lull_config.counter_page_name + 1 : "on")
-                     : "off",
-                 __atomic_load_n(&lull_config.verbose, __ATOMIC_RELAXED),
-                 __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED),
-                 __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> 20,
-                 __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED),
-                 lull_config.reclaim_cpus_set ? "set" : "any", scheds[lull_config.reclaim_sched],
-                 __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED) >> 20,
-                 __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED));
+    int n = snprintf(
+        buf, len,
+        "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
+        "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
+        "inline_purge=%d,reclaim_cpu=%s,reclaim_sched=%s,huge_cache_mb=%zu,"
+        "huge_cache_idle_ms=%ld",
+        delay, mode_names[__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)],
+        backend_names[lull_config.backend], switch_names[lull_config.refault_monitor],
+        numa_names[lull_config.numa],
+        lull_config.counter_page
+            ? (lull_config.counter_page_name[0] ? lull_config.counter_page_name + 1 : "on")
+            : "off",
+        __atomic_load_n(&lull_config.verbose, __ATOMIC_RELAXED),
+        __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED),
+        __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> 20,
+        __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED),
+        lull_config.reclaim_cpus_set ? "set" : "any", sched_names[lull_config.reclaim_sched],
+        __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED) >> 20,
+        __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED));
     return n < 0 ? 0 : (size_t)n;
 }
