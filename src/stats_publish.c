@@ -38,7 +38,8 @@ static void publish_now(void) {
 
 static void publish_start(void) {
     thread_start_ns = mono_ns();
-    open_pending = lull_config.counter_page;
+    /* atomic: tests turn the page off while this thread starts */
+    open_pending = __atomic_load_n(&lull_config.counter_page, __ATOMIC_RELAXED);
 }
 
 static void publish_tick(void) {

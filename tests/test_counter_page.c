@@ -36,7 +36,8 @@ static char *shm_path(char *buf, size_t len, const char *name) {
 }
 
 static void fresh(void) {
-    lull_config.counter_page = false;
+    __atomic_store_n(&lull_config.counter_page, false,
+                     __ATOMIC_RELAXED); /* the reclaim thread reads it */
     counter_page_close();
     /* No page of ours is open now, so one under our pid's default name is
      * stale: left by an earlier process with this pid that ended with

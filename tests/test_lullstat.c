@@ -55,7 +55,8 @@ static void sleep_ms(long ms) {
 /* Keep the library's own page out of the way (see test_counter_page.c);
  * run with LULL_COUNTER_PAGE=off. */
 static void fresh(void) {
-    lull_config.counter_page = false;
+    __atomic_store_n(&lull_config.counter_page, false,
+                     __ATOMIC_RELAXED); /* the reclaim thread reads it */
     counter_page_close();
     if (access(lullstat_path(), X_OK) != 0)
         cr_assert_fail("lullstat not found at %s (build tools/ first, or set LULLSTAT)",
