@@ -316,44 +316,44 @@ Test(free_errors, double_free_of_a_huge_block_still_queued, .init = warm) {
     lull_free(p);
 }
 
+/* Free a huge block, let the reclaim thread take it (two ticks), free it
+ * again. Exit status 3: there is no reclaim thread. */
+static void free_reclaim_free(void *p) {
+    lull_free(p);
+    if (!lull_reclaim_now()) _exit(3);
+    lull_reclaim_now();
+    lull_free(p);
+}
+
 /* With the reclaim thread and no cache: once it unmapped the block, the
  * second free finds no lull memory there. */
 static void double_free_huge_after_reclaim(void *p) {
     if (!lull_configure("huge_cache_mb", "0")) _exit(4);
-    lull_free(p);
-    if (!lull_reclaim_now()) _exit(3);
-    lull_reclaim_now();
+    free_reclaim_free(p);
+}
+
+/* Runs `child` on a fresh 20 MiB block and expects it to abort naming the
+ * block and `problem`. */
+static void expect_huge_double_free(void (*child)(void *), const char *problem, child_result *r) {
+    void *p = lull_malloc(20 * MiB);
+    cr_assert_not_null(p);
+    run_child(child, p, r);
+    cr_assert_not(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 3, "no reclaim thread");
+    expect_abort(r, p, problem);
     lull_free(p);
 }
 
 Test(free_errors, double_free_of_a_huge_block_already_unmapped, .init = warm) {
-    void *p = lull_malloc(20 * MiB);
-    cr_assert_not_null(p);
     child_result r;
-    run_child(double_free_huge_after_reclaim, p, &r);
-    cr_assert_not(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 3, "no reclaim thread");
-    expect_abort(&r, p, "invalid pointer");
-    lull_free(p);
+    expect_huge_double_free(double_free_huge_after_reclaim, "invalid pointer", &r);
 }
 
 /* With the cache: the freed mapping stays mapped (purged) for reuse, and the
  * second free sees its freed flag. */
-static void double_free_huge_cached(void *p) {
-    lull_free(p);
-    if (!lull_reclaim_now()) _exit(3);
-    lull_reclaim_now();
-    lull_free(p);
-}
-
 Test(free_errors, double_free_of_a_cached_huge_block, .init = warm) {
-    void *p = lull_malloc(20 * MiB);
-    cr_assert_not_null(p);
     child_result r;
-    run_child(double_free_huge_cached, p, &r);
-    cr_assert_not(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 3, "no reclaim thread");
-    expect_abort(&r, p, "double free");
+    expect_huge_double_free(free_reclaim_free, "double free", &r);
     cr_assert_not_null(strstr(r.err, "huge"), "stderr: '%s'", r.err);
-    lull_free(p);
 }
 
 /* ---- sized frees -------------------------------------------------------- */
