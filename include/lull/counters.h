@@ -274,6 +274,13 @@ static inline uint64_t lull_counters_accounting_sum(const struct lull_counters_a
            a->metadata;
 }
 
+/* The bytes of lull's mapping that may be resident: everything but the
+ * purged term (metadata counts whole, so this is an upper bound). A
+ * process's RSS growth beyond the growth of this figure is not lull's. */
+static inline uint64_t lull_counters_resident_bound(const struct lull_counters_accounting *a) {
+    return lull_counters_accounting_sum(a) - a->purged;
+}
+
 /* Word of the page as the seqlock copies it (may alias every field). */
 typedef uint64_t __attribute__((__may_alias__)) lull_counters_word;
 
