@@ -4,6 +4,7 @@
 #include "src/heap.h"
 #include "numa/arena.h"
 #include "src/init.h"
+#include "src/message.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
@@ -106,13 +107,29 @@ static void update_current(lull_heap *h, unsigned c) {
     lull_heap_set_current(h, c, h->queue[c].head ? h->queue[c].head : &lull_span_empty);
 }
 
+/* The block where a list that runs longer than its span can hold turns
+ * into a cycle (Floyd's algorithm): the block a second remote free pushed
+ * while its first push was still on the list. */
+static lull_block *cycle_entry(lull_block *list) {
+    lull_block *slow = list, *fast = list;
+    do {
+        slow = lull_block_next(slow);
+        fast = lull_block_next(lull_block_next(fast));
+    } while (slow != fast);
+    for (slow = list; slow != fast; slow = lull_block_next(slow))
+        fast = lull_block_next(fast);
+    return slow;
+}
+
 uint32_t lull_span_collect(lull_span *span) {
     lull_block *list = atomic_exchange_explicit(&span->thread_free, NULL, memory_order_acquire);
     if (!list) return 0;
     uint32_t n = 1;
     lull_block *tail = list;
     for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next)
-        n++;
+        if (++n > span->capacity) /* without this, a double remote free hangs the owner here */
+            lull_fatal("free(): double free of %p (freed twice from other threads)",
+                       (void *)cycle_entry(list));
     lull_block_set_next(tail, span->free);
     span->free = list;
     span->used -= n;

@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,6 +414,58 @@ Test(free_errors, strict_checks_catch_a_remote_free_of_an_interior_pointer, .ini
     expect_abort(&r, p + 16, "invalid pointer");
     cr_assert_not_null(strstr(r.err, "112-byte block"), "stderr: '%s'", r.err);
     lull_free(p);
+}
+
+/* ---- double frees from other threads -------------------------------------- */
+
+static void *g_remote[3]; /* what the thread frees, in order */
+static int g_remote_frees;
+static _Atomic int g_remote_done;
+
+static void *remote_double_free_thread(void *unused) {
+    (void)unused;
+    for (int i = 0; i < g_remote_frees; i++)
+        lull_free(g_remote[i]);
+    atomic_store(&g_remote_done, 1);
+    return NULL;
+}
+
+/* The thread frees; the owner then collects its remote frees. Not joined:
+ * see strict_remote_interior. */
+static void remote_double_free(void *unused) {
+    (void)unused;
+    pthread_t t;
+    if (pthread_create(&t, NULL, remote_double_free_thread, NULL) != 0) _exit(5);
+    while (!atomic_load(&g_remote_done))
+        sched_yield();
+    lull_thread_collect();
+}
+
+/* free(a) twice in a row from another thread: the block is still first on
+ * its span's remote list at the second free */
+Test(free_errors, double_free_in_a_row_from_another_thread, .init = warm) {
+    g_remote[0] = g_remote[1] = lull_malloc(100);
+    g_remote_frees = 2;
+    child_result r;
+    run_child(remote_double_free, NULL, &r);
+    expect_abort(&r, g_remote[0], "double free");
+    cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
+    lull_free(g_remote[0]);
+}
+
+/* free(a), free(b), free(a) from another thread: the remote list became a
+ * cycle, which the owner's collection must report instead of walking
+ * forever */
+Test(free_errors, double_free_between_other_frees_from_another_thread, .init = warm) {
+    g_remote[0] = g_remote[2] = lull_malloc(100);
+    g_remote[1] = lull_malloc(100);
+    g_remote_frees = 3;
+    child_result r;
+    run_child(remote_double_free, NULL, &r);
+    expect_abort(&r, g_remote[0], "double free");
+    cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
+    lull_free(g_remote[0]);
+    lull_free(g_remote[1]);
 }
 
 /* ---- configuration errors ----------------------------------------------- */
