@@ -12,6 +12,8 @@
 #include "src/span.h"
 #include "src/types.h"
 
+#include "tests/support/reexec.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -540,61 +542,38 @@ __attribute__((constructor(200))) static void conf_probe(void) {
     _exit(0);
 }
 
-static void run_probe(const char *conf_var, const char *conf, char *out, size_t out_cap, char *err,
-                      size_t err_cap) {
-    int o[2], e[2];
-    cr_assert_eq(pipe(o), 0);
-    cr_assert_eq(pipe(e), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(o[1], STDOUT_FILENO);
-        dup2(e[1], STDERR_FILENO);
-        close(o[0]), close(o[1]), close(e[0]), close(e[1]);
-        char *const argv[] = {"probe", NULL};
-        char v1[256], v2[256];
-        snprintf(v1, sizeof v1, "%s=%s", conf_var, conf);
-        snprintf(v2, sizeof v2, "LULL_TEST_CONF_PROBE=1");
-        /* no counter page: its messages are not what this test counts */
-        char *const envp[] = {v1, v2, "LULL_COUNTER_PAGE=off", NULL};
-        execve("/proc/self/exe", argv, envp);
-        _exit(127);
-    }
-    close(o[1]);
-    close(e[1]);
-    size_t len;
-    read_all(o[0], out, out_cap, &len);
-    read_all(e[0], err, err_cap, &len);
-    close(o[0]);
-    close(e[0]);
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "probe status %#x, stderr '%s'",
-              status, err);
+/* The probe's output, its stderr in err; it must have exited 0. */
+static const char *run_probe(const char *conf_var, const char *conf, child_run *cr) {
+    char var[256];
+    snprintf(var, sizeof var, "%s=%s", conf_var, conf);
+    const char *vars[] = {var, "LULL_TEST_CONF_PROBE=1", NULL};
+    reexec_run("probe", vars, var, 30000, cr);
+    cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0,
+              "probe status %#x, stderr '%s'", cr->status, cr->err);
+    return cr->out;
 }
 
 Test(free_errors, lull_conf_bad_value_in_a_new_process) {
-    char out[256], err[2048];
+    child_run r;
+    const char *out, *err = r.err;
     /* the probe works: a good value is applied silently */
-    run_probe("LULL_CONF", "purge_delay_ms=1234", out, sizeof out, err, sizeof err);
+    out = run_probe("LULL_CONF", "purge_delay_ms=1234", &r);
     cr_assert_str_eq(out, "delay=1234\n");
     cr_assert_eq(count_lines_starting(err, "lull:"), 0, "stderr: '%s'", err);
 
-    run_probe("LULL_CONF", "purge_delay_ms=oops", out, sizeof out, err, sizeof err);
+    out = run_probe("LULL_CONF", "purge_delay_ms=oops", &r);
     cr_assert_str_eq(out, "delay=-2\n", "the default (auto) was not kept: %s", out);
     cr_assert_eq(count_lines_starting(err, "lull:"), 1, "stderr: '%s'", err);
     cr_assert_not_null(strstr(err, "purge_delay_ms"), "stderr: '%s'", err);
     cr_assert_not_null(strstr(err, "oops"), "stderr: '%s'", err);
 
     /* a bad value does not stop the keys after it */
-    run_probe("LULL_CONF", "purge_delay_ms=oops,nosuchkey=1,purge_delay_ms=55", out, sizeof out,
-              err, sizeof err);
+    out = run_probe("LULL_CONF", "purge_delay_ms=oops,nosuchkey=1,purge_delay_ms=55", &r);
     cr_assert_str_eq(out, "delay=55\n");
     cr_assert_eq(count_lines_starting(err, "lull:"), 2, "stderr: '%s'", err);
     cr_assert_not_null(strstr(err, "nosuchkey"), "stderr: '%s'", err);
 
-    run_probe("LULL_PURGE_DELAY_MS", "soon", out, sizeof out, err, sizeof err);
+    out = run_probe("LULL_PURGE_DELAY_MS", "soon", &r);
     cr_assert_str_eq(out, "delay=-2\n");
     cr_assert_eq(count_lines_starting(err, "lull:"), 1, "stderr: '%s'", err);
     cr_assert_not_null(strstr(err, "purge_delay_ms"), "stderr: '%s'", err);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,39 +34,57 @@ void reexec_run(const char *argv0, const char *const *vars, const char *label, u
     }
     envp[n] = NULL;
 
-    int o[2];
+    int o[2], e[2];
     cr_assert_eq(pipe(o), 0);
+    cr_assert_eq(pipe(e), 0);
     fflush(NULL);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         dup2(o[1], STDOUT_FILENO);
-        close(o[0]);
-        close(o[1]);
+        dup2(e[1], STDERR_FILENO);
+        close(o[0]), close(o[1]), close(e[0]), close(e[1]);
         char *const argv[] = {(char *)argv0, NULL};
         execve("/proc/self/exe", argv, envp);
         _exit(127);
     }
     close(o[1]);
-    size_t len = 0;
+    close(e[1]);
+    /* both pipes at once: a child that fills one while we wait on the
+     * other would never finish */
+    struct {
+        int fd;
+        char *buf;
+        size_t len, cap;
+    } in[2] = {{o[0], cr->out, 0, sizeof cr->out}, {e[0], cr->err, 0, sizeof cr->err}};
     uint64_t until = now_ms() + timeout_ms;
-    for (;;) {
-        struct pollfd p = {o[0], POLLIN, 0};
+    while (in[0].fd >= 0 || in[1].fd >= 0) {
+        struct pollfd p[2] = {{in[0].fd, POLLIN, 0}, {in[1].fd, POLLIN, 0}};
         uint64_t now = now_ms();
         int left = (int)(until > now ? until - now : 0);
-        if (left == 0 || poll(&p, 1, left) == 0) {
+        if (left == 0 || poll(p, 2, left) == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
-            cr_assert_fail("scenario %s timed out; output so far:\n%.*s", label, (int)len, cr->out);
+            cr_assert_fail("scenario %s timed out; output so far:\n%.*s", label, (int)in[0].len,
+                           cr->out);
         }
-        ssize_t k = read(o[0], cr->out + len, sizeof cr->out - 1 - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        len += (size_t)k;
-        if (len == sizeof cr->out - 1) break;
+        for (int i = 0; i < 2; i++) {
+            if (in[i].fd < 0 || !p[i].revents) continue;
+            char spill[256]; /* read past a full buffer, so the child is not blocked */
+            bool full = in[i].len == in[i].cap - 1;
+            ssize_t k = full ? read(in[i].fd, spill, sizeof spill)
+                             : read(in[i].fd, in[i].buf + in[i].len, in[i].cap - 1 - in[i].len);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                close(in[i].fd);
+                in[i].fd = -1;
+            } else if (!full) {
+                in[i].len += (size_t)k;
+            }
+        }
     }
-    cr->out[len] = 0;
-    close(o[0]);
+    cr->out[in[0].len] = 0;
+    cr->err[in[1].len] = 0;
     cr_assert_eq(waitpid(pid, &cr->status, 0), pid);
     cr_log_info("scenario %s:\n%s", label, cr->out);
 }

@@ -6,7 +6,8 @@
  * runs the scenario before Criterion starts, prints its figures to stdout
  * as key=value lines and _exits. reexec_run() starts /proc/self/exe with the
  * parent's environment minus every LULL_* variable, plus LULL_COUNTER_PAGE=off
- * and the caller's variables, and collects its stdout and exit status.
+ * and the caller's variables, and collects its stdout, stderr and exit
+ * status.
  *
  * Both functions fail the calling Criterion test (cr_assert) on error. */
 #ifndef LULL_TEST_REEXEC_H
@@ -16,6 +17,7 @@
 
 typedef struct {
     char out[4096]; /* the child's stdout (NUL-terminated; cut at 4095 bytes) */
+    char err[4096]; /* its stderr, the same way */
     int status;     /* its wait status */
 } child_run;
 
