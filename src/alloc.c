@@ -229,12 +229,16 @@ static void check_in_span(void *p, lull_span *span) {
                    span->block_size);
 }
 
+void lull_fatal_remote_double_free(const void *p) {
+    lull_fatal("free(): double free of %p (freed twice from other threads)", p);
+}
+
 static void remote_free(void *p, lull_span *span, lull_heap *owner) {
     lull_block *b = p;
     lull_block *old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
     do {
         if (__builtin_expect(old == b, 0)) /* still first on the list: freed twice in a row */
-            lull_fatal("free(): double free of %p (freed twice from other threads)", p);
+            lull_fatal_remote_double_free(p);
         lull_block_set_next(b, old);
     } while (!atomic_compare_exchange_weak_explicit(&span->thread_free, &old, b,
                                                     memory_order_release, memory_order_relaxed));

@@ -20,6 +20,9 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h);
 /* After a local free made the span empty, or freed into a full span. */
 void lull_free_local_tail(lull_heap *h, lull_span *span);
 void lull_free_not_segment(void *p);
+/* A block freed twice from other threads (alloc.c's push, heap.c's
+ * collection): aborts naming it. */
+__attribute__((noreturn, cold)) void lull_fatal_remote_double_free(const void *p);
 size_t lull_usable_generic(const void *p);
 
 static inline void *lull_malloc_inline(size_t size) {

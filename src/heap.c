@@ -3,8 +3,8 @@
  * one of its spans. Heaps live in chunks mapped once and are never freed. */
 #include "src/heap.h"
 #include "numa/arena.h"
+#include "src/alloc.h"
 #include "src/init.h"
-#include "src/message.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
@@ -128,8 +128,7 @@ uint32_t lull_span_collect(lull_span *span) {
     lull_block *tail = list;
     for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next)
         if (++n > span->capacity) /* without this, a double remote free hangs the owner here */
-            lull_fatal("free(): double free of %p (freed twice from other threads)",
-                       (void *)cycle_entry(list));
+            lull_fatal_remote_double_free(cycle_entry(list));
     lull_block_set_next(tail, span->free);
     span->free = list;
     span->used -= n;
