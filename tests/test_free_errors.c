@@ -443,31 +443,34 @@ static void remote_double_free(void *unused) {
     lull_thread_collect();
 }
 
+/* A child whose other thread frees order[0..n-1] must abort naming
+ * order[0] as freed twice from other threads. */
+static void expect_remote_double_free(void *const *order, int n) {
+    cr_assert_leq(n, (int)(sizeof g_remote / sizeof g_remote[0]));
+    memcpy(g_remote, order, (size_t)n * sizeof *order);
+    g_remote_frees = n;
+    child_result r;
+    run_child(remote_double_free, NULL, &r);
+    expect_abort(&r, order[0], "double free");
+    cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
+}
+
 /* free(a) twice in a row from another thread: the block is still first on
  * its span's remote list at the second free */
 Test(free_errors, double_free_in_a_row_from_another_thread, .init = warm) {
-    g_remote[0] = g_remote[1] = lull_malloc(100);
-    g_remote_frees = 2;
-    child_result r;
-    run_child(remote_double_free, NULL, &r);
-    expect_abort(&r, g_remote[0], "double free");
-    cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
-    lull_free(g_remote[0]);
+    void *a = lull_malloc(100);
+    expect_remote_double_free((void *[]){a, a}, 2);
+    lull_free(a);
 }
 
 /* free(a), free(b), free(a) from another thread: the remote list became a
  * cycle, which the owner's collection must report instead of walking
  * forever */
 Test(free_errors, double_free_between_other_frees_from_another_thread, .init = warm) {
-    g_remote[0] = g_remote[2] = lull_malloc(100);
-    g_remote[1] = lull_malloc(100);
-    g_remote_frees = 3;
-    child_result r;
-    run_child(remote_double_free, NULL, &r);
-    expect_abort(&r, g_remote[0], "double free");
-    cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
-    lull_free(g_remote[0]);
-    lull_free(g_remote[1]);
+    void *a = lull_malloc(100), *b = lull_malloc(100);
+    expect_remote_double_free((void *[]){a, b, a}, 3);
+    lull_free(a);
+    lull_free(b);
 }
 
 /* ---- configuration errors ----------------------------------------------- */
@@ -548,8 +551,7 @@ static const char *run_probe(const char *conf_var, const char *conf, child_run *
     snprintf(var, sizeof var, "%s=%s", conf_var, conf);
     const char *vars[] = {var, "LULL_TEST_CONF_PROBE=1", NULL};
     reexec_run("probe", vars, var, 30000, cr);
-    cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0,
-              "probe status %#x, stderr '%s'", cr->status, cr->err);
+    reexec_assert_exited_0(cr, var);
     return cr->out;
 }
 

@@ -87,8 +87,7 @@ static void run_with(const char *conf, child_run *cr) {
     snprintf(conf_var, sizeof conf_var, "LULL_CONF=%s", conf);
     const char *vars[] = {"LULL_TEST_PLACEMENT=1", conf_var, NULL};
     reexec_run("test_reclaim_placement_scenario", vars, conf, 60000, cr);
-    cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0, "%s: scenario failed (%d)",
-              conf, cr->status);
+    reexec_assert_exited_0(cr, conf);
     cr_assert_eq(reexec_field(cr, "found_reclaim"), 1, "%s: no thread named lull-reclaim", conf);
 }
 

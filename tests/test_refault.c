@@ -536,8 +536,7 @@ static void run_scenario(const char *scenario, const char *const *vars, child_ru
 }
 
 static cycle_result cycle_of(const child_run *cr) {
-    cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0,
-              "scenario exited with status %#x:\n%s", cr->status, cr->out);
+    reexec_assert_exited_0(cr, "refault scenario");
     cycle_result r;
 #define GET(f) r.f = reexec_field(cr, #f)
     GET(mechanism);

@@ -248,8 +248,7 @@ static void run_scenario(const char *conf, child_run *cr) {
     snprintf(conf_var, sizeof conf_var, "LULL_CONF=%s", conf);
     const char *vars[] = {conf_var, "LULL_TEST_WARM=pattern", NULL};
     reexec_run("test_warm_reserve_scenario", vars, conf, 240000, cr);
-    cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0,
-              "scenario exited with status %#x:\n%s", cr->status, cr->out);
+    reexec_assert_exited_0(cr, conf);
 }
 
 static warm_result result_of(const child_run *cr) {

@@ -89,6 +89,12 @@ void reexec_run(const char *argv0, const char *const *vars, const char *label, u
     cr_log_info("scenario %s:\n%s", label, cr->out);
 }
 
+void reexec_assert_exited_0(const child_run *cr, const char *label) {
+    cr_assert(WIFEXITED(cr->status) && WEXITSTATUS(cr->status) == 0,
+              "%s: the child exited with status %#x\nstdout:\n%s\nstderr:\n%s", label, cr->status,
+              cr->out, cr->err);
+}
+
 uint64_t reexec_field(const child_run *cr, const char *key) {
     size_t kl = strlen(key);
     for (const char *l = cr->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)

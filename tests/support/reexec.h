@@ -28,6 +28,10 @@ typedef struct {
 void reexec_run(const char *argv0, const char *const *vars, const char *label, uint64_t timeout_ms,
                 child_run *cr);
 
+/* Fails the test unless the child exited with status 0; the message gives
+ * the label, the status and the child's stdout and stderr. */
+void reexec_assert_exited_0(const child_run *cr, const char *label);
+
 /* The value of the line "key=value" of the child's output (the test fails
  * when there is none). */
 uint64_t reexec_field(const child_run *cr, const char *key);
