@@ -7,6 +7,7 @@
 #include "src/huge.h"
 #include "src/init.h"
 #include "src/message.h"
+#include "src/race.h"
 
 #include <errno.h>
 #include <string.h>
@@ -235,6 +236,7 @@ void lull_fatal_remote_double_free(const void *p) {
 
 static void remote_free(void *p, lull_span *span, lull_heap *owner) {
     lull_block *b = p;
+    LULL_RACE_POINT(LULL_RACE_REMOTE_PUSH);
     lull_block *old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
     do {
         if (__builtin_expect(old == b, 0)) /* still first on the list: freed twice in a row */
@@ -244,6 +246,7 @@ static void remote_free(void *p, lull_span *span, lull_heap *owner) {
                                                     memory_order_release, memory_order_relaxed));
     atomic_fetch_add_explicit(&owner->remote_frees, 1, memory_order_relaxed);
     if (old) return; /* the owner will find this span already */
+    LULL_RACE_POINT(LULL_RACE_REMOTE_QUEUE);
     uint8_t expected = 0;
     if (!atomic_compare_exchange_strong(&span->remote_queued, &expected, 1)) return;
     lull_span *head = atomic_load_explicit(&owner->remote_spans, memory_order_relaxed);

@@ -5,6 +5,7 @@
 #include "numa/arena.h"
 #include "src/alloc.h"
 #include "src/init.h"
+#include "src/race.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
@@ -70,6 +71,7 @@ lull_heap *lull_heap_get_or_create(void) {
         errno = ENOMEM;
         return NULL;
     }
+    LULL_RACE_POINT(LULL_RACE_ADOPT);
     h->next_abandoned = NULL;
     h->owner_tid = gettid();
     h->node = node;
@@ -124,6 +126,7 @@ static lull_block *cycle_entry(lull_block *list) {
 uint32_t lull_span_collect(lull_span *span) {
     lull_block *list = atomic_exchange_explicit(&span->thread_free, NULL, memory_order_acquire);
     if (!list) return 0;
+    LULL_RACE_POINT(LULL_RACE_COLLECT);
     uint32_t n = 1;
     lull_block *tail = list;
     for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next)
@@ -184,6 +187,7 @@ static bool keep_empty(lull_heap *h, lull_span *span) {
 }
 
 static void span_release(lull_heap *h, lull_span *span) {
+    LULL_RACE_POINT(LULL_RACE_SPAN_RELEASE);
     if (span->kept) unkeep(h, span);
     h->spans_returned++;
     lull_arena_free_span(span);
@@ -260,6 +264,7 @@ void lull_heap_collect(lull_heap *h, bool all) {
 
 void lull_heap_abandon(lull_heap *h) {
     lull_heap_collect(h, true);
+    LULL_RACE_POINT(LULL_RACE_ABANDON);
     lull_tl_heap = &lull_heap_empty;
     pthread_mutex_lock(&registry_lock);
     h->owner_tid = 0;

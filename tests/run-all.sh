@@ -5,6 +5,8 @@
 #   build-tsan/   lull_* API under ThreadSanitizer: the Criterion suite (less
 #                 the tests tests/tsan/tsan.cmake lists) and the programs of
 #                 tests/tsan/ (LULL_TSAN=0 skips it)
+#   build-race/   the race harness: scheduling points in every cross-thread
+#                 protocol (-DLULL_RACE=ON, src/race.h) and `ctest -R race`
 #   build-fuzz/   clang + libFuzzer: tests/fuzz/regress/ inputs, then a fuzz run
 #                 of LULL_FUZZ_SECONDS (60) from tests/fuzz/corpus/ (LULL_FUZZ=0
 #                 skips it)
@@ -16,18 +18,22 @@ if [ -x .ci/numa-guest-deps.sh ] || [ -f .ci/numa-guest-deps.sh ]; then bash .ci
 jobs=$(nproc)
 status=0
 
-run_suite() { # dir, cmake args...
+run_suite() { # dir, [-R regex], cmake args...
   local dir=$1; shift
+  local select=()
+  if [ "${1:-}" = -R ]; then select=(-R "$2"); shift 2; fi
   echo "== build $dir ($*)"
   cmake -S . -B "$dir" -DLULL_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
-  echo "== test $dir"
-  (cd "$dir" && ctest --output-on-failure -j1 --timeout 900) || status=1
+  echo "== test $dir ${select[*]}"
+  (cd "$dir" && ctest --output-on-failure -j1 --timeout 900 "${select[@]}") || status=1
 }
 
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DLULL_OVERRIDE=OFF -DLULL_BENCH=OFF \
   -DLULL_SANITIZE=address,undefined
+run_suite build-race -R race -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLULL_OVERRIDE=OFF \
+  -DLULL_BENCH=OFF -DLULL_RACE=ON
 if [ "${LULL_TSAN:-1}" = 1 ]; then
   run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_OVERRIDE=OFF -DLULL_BENCH=OFF \
     -DLULL_SANITIZE=thread

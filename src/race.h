@@ -1,0 +1,43 @@
+/* Scheduling points for the race harness (tests/test_race_*.c).
+ *
+ * Every protocol between threads (remote free, the owner's collection, span
+ * release, heap abandon and adopt, the reclaim claim/purge/finish, fork) has
+ * windows between its atomic steps. A test that only runs the protocol hits
+ * those windows by luck; with -DLULL_RACE=ON each step calls
+ * lull_race_point(), which, for the points a test armed, yields or sleeps
+ * for a time drawn from the test's seed, so every window is held open and
+ * the other thread's step lands inside it. Without LULL_RACE the points
+ * compile to nothing. */
+#ifndef LULL_RACE_H
+#define LULL_RACE_H
+
+#include <stdint.h>
+
+typedef enum {
+    LULL_RACE_REMOTE_PUSH,    /* remote free: the block is about to be pushed */
+    LULL_RACE_REMOTE_QUEUE,   /* remote free: pushed, the span not yet on the owner's stack */
+    LULL_RACE_COLLECT,        /* owner: a span's remote list taken, not yet merged */
+    LULL_RACE_SPAN_RELEASE,   /* owner: a span found empty, about to go to its arena */
+    LULL_RACE_ABANDON,        /* thread exit: heap collected, not yet on the abandoned list */
+    LULL_RACE_ADOPT,          /* a heap taken from the abandoned list, not yet in use */
+    LULL_RACE_RECLAIM_CLAIM,  /* reclaim: dirty bits taken, purging bits not yet set */
+    LULL_RACE_RECLAIM_PURGE,  /* reclaim: runs claimed, the purge not yet issued */
+    LULL_RACE_RECLAIM_FINISH, /* reclaim: target map set, purging bits not yet cleared */
+    LULL_RACE_FORK,           /* fork: inside the prepare handler */
+    LULL_RACE_COUNT
+} lull_race_point_id;
+
+#ifdef LULL_RACE
+/* Arm the points in `mask` (bit i: point i) with delays drawn from `seed`
+ * of up to `max_delay_us` microseconds; mask 0 disarms. */
+void lull_race_arm(uint32_t mask, uint64_t seed, unsigned max_delay_us);
+/* Times each point was reached since the last lull_race_arm(). */
+uint64_t lull_race_hits(lull_race_point_id p);
+const char *lull_race_point_name(lull_race_point_id p);
+void lull_race_point(lull_race_point_id p);
+#define LULL_RACE_POINT(p) lull_race_point(p)
+#else
+#define LULL_RACE_POINT(p) ((void)0)
+#endif
+
+#endif
