@@ -59,10 +59,11 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     s->zeroed = zeroed;
     s->kept = 0;
     s->block_offset = 0;
-    s->requested = 0;
+    s->div_magic = ci->div_magic;
+    s->start_off = (uint32_t)(lull_span_start(s) - (uint8_t *)lull_segment_of(s));
     s->remote_next = NULL;
-    atomic_store_explicit(&s->thread_free, NULL, memory_order_relaxed);
-    atomic_store_explicit(&s->remote_queued, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->thread_free, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->remote_suspect, 0, memory_order_relaxed);
     /* publish the owner last: a free() that sees this heap sees the span */
     atomic_store_explicit(&s->heap, h, memory_order_release);
     h->spans_taken++;
@@ -120,7 +121,7 @@ static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
     s->zeroed = zeroed;
     s->free = NULL;
     atomic_store_explicit(&s->heap, NULL, memory_order_relaxed);
-    atomic_store_explicit(&s->thread_free, NULL, memory_order_relaxed);
+    atomic_store_explicit(&s->thread_free, 0, memory_order_relaxed);
     __atomic_store_n(&s->kind, LULL_SPAN_LARGE, __ATOMIC_RELEASE);
     return (void *)block;
 }
@@ -201,6 +202,9 @@ void *lull_calloc_generic(size_t size) {
 _Atomic uint64_t lull_other_frees;
 
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
+    /* a block another thread freed first is on the remote list: bring that
+     * list in, so that the walk below sees it */
+    lull_span_collect(span);
     uint32_t limit = span->capacity;
     for (lull_block *f = span->free; f && limit--; f = lull_block_next(f))
         if (f == b)
@@ -223,32 +227,82 @@ void lull_free_local_tail(lull_heap *h, lull_span *span) {
     if (span->used == 0) lull_heap_span_empty(h, span);
 }
 
-static void check_in_span(void *p, lull_span *span) {
-    size_t off = (size_t)((uint8_t *)p - lull_span_start(span));
-    if (off >= (size_t)span->capacity * span->block_size || off % span->block_size)
-        lull_fatal("free(): invalid pointer %p (not the start of a %u-byte block)", p,
-                   span->block_size);
+void lull_fatal_misaligned(const void *p, const lull_span *span) {
+    const uint8_t *start = lull_span_start(span);
+    size_t off = (size_t)((const uint8_t *)p - start);
+    lull_fatal("free(): invalid pointer %p (inside the %u-byte block at %p)", p, span->block_size,
+               (const void *)(start + off - off % span->block_size));
 }
 
 void lull_fatal_remote_double_free(const void *p) {
     lull_fatal("free(): double free of %p (freed twice from other threads)", p);
 }
 
+/* Is b on one of the span's free lists? Asked by a thread that does not own
+ * the span, when the block it frees looks free already (its first word
+ * decodes to an address in its own segment, which a live block's data all
+ * but never does): the owner's local list and the remote list are walked as
+ * they are at this moment, without the owner's help. The walk races the
+ * owner's pops and pushes, so each link is checked to be a block start in
+ * this span before it is followed (a stale link ends the walk; the
+ * segment's memory stays mapped, so a read never faults), and at most
+ * `capacity` links are followed. A block that is found was free at the
+ * moment its link was read: this free is a double free. TSan is told not to
+ * watch these reads: they are racy by design, and nothing is written. */
+__attribute__((no_sanitize("thread"))) static bool
+free_list_has(const lull_span *span, const lull_block *first, const lull_block *b) {
+    const uint8_t *start = lull_span_start(span);
+    const uint8_t *end = start + (size_t)span->capacity * span->block_size;
+    uint32_t limit = span->capacity;
+    for (const lull_block *f = first; f && limit--;) {
+        if ((const uint8_t *)f < start || (const uint8_t *)f >= end ||
+            lull_block_misaligned(span, f))
+            return false;
+        if (f == b) return true;
+        uintptr_t word = __atomic_load_n(&f->next_encoded, __ATOMIC_RELAXED);
+        f = (const lull_block *)(word ^ ((uintptr_t)f >> 12));
+    }
+    return false;
+}
+
+__attribute__((no_sanitize("thread"))) static void check_remote_double_free(lull_span *span,
+                                                                            lull_block *b) {
+    lull_block *local = __atomic_load_n(&span->free, __ATOMIC_RELAXED);
+    if (free_list_has(span, local, b))
+        lull_fatal("free(): double free of %p (freed by its owner thread, then by another thread)",
+                   (void *)b);
+    uintptr_t remote = atomic_load_explicit(&span->thread_free, memory_order_acquire);
+    if (free_list_has(span, lull_remote_head(remote), b)) lull_fatal_remote_double_free(b);
+    /* not found: a live block whose data looked like a link, or a free that
+     * races its twin; the owner's collection checks the list once more */
+    atomic_store_explicit(&span->remote_suspect, 1, memory_order_relaxed);
+}
+
+/* The remote-free protocol (docs/architecture.md): one CAS puts the block on
+ * the span's list and sets LULL_REMOTE_QUEUED in the same word; the thread
+ * whose CAS set the bit, and only that one, then pushes the span on its
+ * owner's remote_spans. While the bit is set the owner never releases the
+ * span, and only the owner's pop from remote_spans clears it. */
 static void remote_free(void *p, lull_span *span, lull_heap *owner) {
     lull_block *b = p;
+    if (__builtin_expect(lull_block_misaligned(span, p), 0)) lull_fatal_misaligned(p, span);
+    /* freeing writes this word anyway: reading it first costs no miss */
+    if (__builtin_expect(lull_block_looks_free(b), 0) ||
+        __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
+        check_remote_double_free(span, b);
     LULL_RACE_POINT(LULL_RACE_REMOTE_PUSH);
-    lull_block *old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
+    uintptr_t old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
     do {
-        if (__builtin_expect(old == b, 0)) /* still first on the list: freed twice in a row */
+        lull_block *head = lull_remote_head(old);
+        if (__builtin_expect(head == b, 0)) /* still first on the list: freed twice in a row */
             lull_fatal_remote_double_free(p);
-        lull_block_set_next(b, old);
-    } while (!atomic_compare_exchange_weak_explicit(&span->thread_free, &old, b,
+        lull_block_set_next(b, head);
+    } while (!atomic_compare_exchange_weak_explicit(&span->thread_free, &old,
+                                                    (uintptr_t)b | LULL_REMOTE_QUEUED,
                                                     memory_order_release, memory_order_relaxed));
     atomic_fetch_add_explicit(&owner->remote_frees, 1, memory_order_relaxed);
-    if (old) return; /* the owner will find this span already */
+    if (old & LULL_REMOTE_QUEUED) return; /* queued already: the owner will pop it */
     LULL_RACE_POINT(LULL_RACE_REMOTE_QUEUE);
-    uint8_t expected = 0;
-    if (!atomic_compare_exchange_strong(&span->remote_queued, &expected, 1)) return;
     lull_span *head = atomic_load_explicit(&owner->remote_spans, memory_order_relaxed);
     do {
         span->remote_next = head;
@@ -268,7 +322,6 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     if (kind == LULL_SPAN_SMALL) {
         lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_acquire);
         if (!owner) lull_fatal("free(): invalid pointer or double free of %p (span not in use)", p);
-        if (__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED)) check_in_span(p, span);
         remote_free(p, span, owner);
         return;
     }

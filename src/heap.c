@@ -5,6 +5,7 @@
 #include "numa/arena.h"
 #include "src/alloc.h"
 #include "src/init.h"
+#include "src/message.h"
 #include "src/race.h"
 #include "src/size_class.h"
 #include "src/span.h"
@@ -123,8 +124,33 @@ static lull_block *cycle_entry(lull_block *list) {
     return slow;
 }
 
-uint32_t lull_span_collect(lull_span *span) {
-    lull_block *list = atomic_exchange_explicit(&span->thread_free, NULL, memory_order_acquire);
+/* A remote free of a block that looked free already (remote_suspect): is
+ * any block of the remote list on the local free list, or twice on the
+ * remote list? The local list is marked in a bitmap of block indexes first,
+ * so the check is linear. */
+#define SUSPECT_MAX_BLOCKS (LULL_SLICE_SIZE / 8) /* the most a span holds (8-byte class) */
+
+static void check_remote_list(lull_span *span, lull_block *list) {
+    if (span->capacity > SUSPECT_MAX_BLOCKS) return;
+    uint64_t seen[SUSPECT_MAX_BLOCKS / 64] = {0};
+    const uint8_t *start = lull_span_start(span);
+    uint32_t limit = span->capacity;
+    for (lull_block *f = span->free; f && limit--; f = lull_block_next(f)) {
+        size_t i = (size_t)((uint8_t *)f - start) / span->block_size;
+        seen[i / 64] |= (uint64_t)1 << (i % 64);
+    }
+    for (lull_block *r = list; r; r = lull_block_next(r)) {
+        size_t i = (size_t)((uint8_t *)r - start) / span->block_size;
+        if (seen[i / 64] & ((uint64_t)1 << (i % 64)))
+            lull_fatal("free(): double free of %p (freed by its owner thread and by another "
+                       "thread)",
+                       (void *)r);
+        seen[i / 64] |= (uint64_t)1 << (i % 64);
+    }
+}
+
+/* Splice a remote list taken from the span into its local list. */
+static uint32_t span_merge_remote(lull_span *span, lull_block *list) {
     if (!list) return 0;
     LULL_RACE_POINT(LULL_RACE_COLLECT);
     uint32_t n = 1;
@@ -132,10 +158,41 @@ uint32_t lull_span_collect(lull_span *span) {
     for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next)
         if (++n > span->capacity) /* without this, a double remote free hangs the owner here */
             lull_fatal_remote_double_free(cycle_entry(list));
+    if (atomic_load_explicit(&span->remote_suspect, memory_order_relaxed)) {
+        atomic_store_explicit(&span->remote_suspect, 0, memory_order_relaxed);
+        check_remote_list(span, list);
+    }
     lull_block_set_next(tail, span->free);
     span->free = list;
     span->used -= n;
     return n;
+}
+
+/* The owner's direct collection (a refill, a thread collect or exit, a
+ * checked free): takes the list and leaves LULL_REMOTE_QUEUED as it is, so
+ * a span whose queueing is still under way is not released under it. */
+uint32_t lull_span_collect(lull_span *span) {
+    uintptr_t old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
+    do {
+        if (!lull_remote_head(old)) return 0;
+    } while (!atomic_compare_exchange_weak_explicit(&span->thread_free, &old,
+                                                    old & LULL_REMOTE_QUEUED, memory_order_acquire,
+                                                    memory_order_relaxed));
+    return span_merge_remote(span, lull_remote_head(old));
+}
+
+/* The owner popped the span from remote_spans: take the list and clear
+ * LULL_REMOTE_QUEUED in one exchange; the next remote free queues it again. */
+static uint32_t span_collect_popped(lull_span *span) {
+    uintptr_t old = atomic_exchange_explicit(&span->thread_free, 0, memory_order_acquire);
+    return span_merge_remote(span, lull_remote_head(old));
+}
+
+/* Released only by its owner, and only when no block is in use and the
+ * remote word is 0: then no remote free is pending or half done, and none
+ * can come (every block is free). */
+static bool span_releasable(const lull_span *span) {
+    return span->used == 0 && atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0;
 }
 
 /* An empty span the heap keeps is out of the reclaim thread's reach until
@@ -155,9 +212,8 @@ static void unkeep(lull_heap *h, lull_span *span) {
 
 static void evict(lull_heap *h, lull_span *victim) {
     unkeep(h, victim);
-    if (victim->used || /* blocks in use, or on the full list */
-        atomic_load_explicit(&victim->remote_queued, memory_order_acquire))
-        return; /* in use again: it just stops being kept */
+    if (!span_releasable(victim)) /* blocks in use, on the full list, or queued */
+        return;                   /* in use again: it just stops being kept */
     unsigned c = victim->size_class;
     lull_heap_queue_remove(&h->queue[c], victim);
     update_current(h, c);
@@ -196,7 +252,7 @@ static void span_release(lull_heap *h, lull_span *span) {
 void lull_heap_span_empty(lull_heap *h, lull_span *span) {
     unsigned c = span->size_class;
     /* a span still on the remote stack is retired when it is popped */
-    if (atomic_load_explicit(&span->remote_queued, memory_order_acquire)) return;
+    if (atomic_load_explicit(&span->thread_free, memory_order_acquire) & LULL_REMOTE_QUEUED) return;
     /* keep the only span of a class, within a byte budget: a thread that
      * allocates and frees one block in a loop must not trade slices with the
      * arena every time (180-220 ns a pair for 100-300 KiB blocks, against
@@ -226,12 +282,9 @@ void lull_heap_collect_remote(lull_heap *h) {
         lull_span *span = list;
         list = span->remote_next;
         span->remote_next = NULL;
-        /* clear the flag before collecting: a free after our exchange below
-         * finds the list empty and queues the span again */
-        atomic_store_explicit(&span->remote_queued, 0, memory_order_release);
-        lull_span_collect(span);
+        span_collect_popped(span);
         if (lull_span_in_full(span) && span->free) unfull(h, span);
-        if (span->used == 0) lull_heap_span_empty(h, span);
+        if (span_releasable(span)) lull_heap_span_empty(h, span);
     }
 }
 
@@ -242,7 +295,7 @@ void lull_heap_collect(lull_heap *h, bool all) {
         for (lull_span *s = h->queue[c].head, *next; s; s = next) {
             next = s->next;
             lull_span_collect(s);
-            if (s->used == 0 && !atomic_load(&s->remote_queued)) {
+            if (span_releasable(s)) {
                 lull_heap_queue_remove(&h->queue[c], s);
                 span_release(h, s);
             }
@@ -252,7 +305,7 @@ void lull_heap_collect(lull_heap *h, bool all) {
     for (lull_span *s = h->full.head, *next; s; s = next) {
         next = s->next;
         lull_span_collect(s);
-        if (s->used == 0 && !atomic_load(&s->remote_queued)) {
+        if (span_releasable(s)) {
             lull_heap_queue_remove(&h->full, s);
             lull_span_set_in_full(s, false);
             span_release(h, s);

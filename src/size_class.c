@@ -30,12 +30,13 @@ static void add_class(uint32_t size) {
     c->block_size = size;
     c->span_slices = span_slices_for(size);
     c->capacity = (uint32_t)(c->span_slices * LULL_SLICE_SIZE / size);
+    c->div_magic = UINT64_MAX / size + 1;
 }
 
 void lull_size_classes_init(void) {
     if (lull_class_count) return;
     lull_class_count = 1; /* class 0 is unused: a zero-size request is class 1 */
-    lull_classes[0] = (lull_class_info){0, 0, 0};
+    lull_classes[0] = (lull_class_info){0};
     /* 8, then 16-byte steps: C17 asks malloc(24) to be aligned for a
      * long double (16 bytes), so no class above 8 may be 8-aligned only */
     add_class(8);

@@ -11,7 +11,8 @@
 typedef struct lull_class_info {
     uint32_t block_size;
     uint16_t span_slices;
-    uint32_t capacity; /* blocks per span */
+    uint32_t capacity;  /* blocks per span */
+    uint64_t div_magic; /* ceil(2^64 / block_size): span.h's lull_block_misaligned */
 } lull_class_info;
 
 extern lull_class_info lull_classes[LULL_CLASSES];

@@ -68,6 +68,19 @@ static inline size_t lull_span_bytes(const lull_span *span) {
     return (size_t)span->slice_count << LULL_SLICE_SHIFT;
 }
 
+/* True when p is not the start of a block of the small span: its offset in
+ * the span is not a multiple of the block size. Lemire's divisibility test
+ * (n % d == 0 exactly when n * ceil(2^64 / d) mod 2^64 < ceil(2^64 / d), for
+ * n < 2^32): one multiply and no division, and no load of the block. */
+static inline bool lull_block_misaligned(const lull_span *span, const void *p) {
+    uint32_t off = (uint32_t)((uintptr_t)p & LULL_SEGMENT_MASK) - span->start_off;
+    return (uint64_t)off * span->div_magic >= span->div_magic;
+}
+
+static inline lull_block *lull_remote_head(uintptr_t word) {
+    return (lull_block *)(word & ~LULL_REMOTE_QUEUED);
+}
+
 /* True when a stale first word of a block being freed decodes to an address
  * in the block's own segment: the block may already be on a free list. */
 static inline bool lull_block_looks_free(const lull_block *b) {

@@ -68,16 +68,29 @@ typedef struct lull_span {
     uint16_t slice_count;
     uint8_t kind; /* lull_span_kind */
     uint8_t size_class;
-    uint8_t zeroed;                    /* uncarved memory is known to be zero */
-    uint8_t kept;                      /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
-    uint32_t block_offset;             /* large: offset of the block in the span (alignment) */
-    struct lull_heap *_Atomic heap;    /* owner (small); NULL for large */
-    struct lull_span *next, *prev;     /* heap queue links */
-    _Atomic(lull_block *) thread_free; /* frees from other threads */
-    _Atomic(uint8_t) remote_queued;    /* on the owner's remote span stack */
+    uint8_t zeroed;                 /* uncarved memory is known to be zero */
+    uint8_t kept;                   /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
+    uint32_t block_offset;          /* large: offset of the block in the span (alignment) */
+    struct lull_heap *_Atomic heap; /* owner (small); NULL for large */
+    struct lull_span *next, *prev;  /* heap queue links */
+    /* Frees from other threads: the head of their list, with
+     * LULL_REMOTE_QUEUED in bit 0 while the span is on (or being pushed onto)
+     * its owner's remote_spans stack. One word, so that no thread can see
+     * "no remote free and not queued" while a remote free is half done
+     * (docs/architecture.md, the remote-free protocol). */
+    _Atomic uintptr_t thread_free;
+    /* set by a remote free whose block already looked free: the owner's
+     * collection then checks the list against its local free list */
+    _Atomic uint8_t remote_suspect;
+    uint32_t start_off; /* small: offset of the span's first byte in its segment */
     struct lull_span *remote_next;
-    size_t requested; /* large: bytes asked for (accounting) */
+    union {
+        size_t requested;   /* large: bytes asked for (accounting) */
+        uint64_t div_magic; /* small: ceil(2^64 / block_size), see lull_block_misaligned */
+    };
 } lull_span;
+
+#define LULL_REMOTE_QUEUED ((uintptr_t)1)
 
 /* Out-of-band slice state: a slice is IN_USE exactly when its bit is set in
  * none of these maps. A request thread claims a free slice by atomically

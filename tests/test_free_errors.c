@@ -389,7 +389,7 @@ Test(free_errors, free_sized_with_a_wrong_size, .init = warm) {
     lull_free_sized(large, 2 * MiB);
 }
 
-/* ---- strict checks: remote interior frees -------------------------------- */
+/* ---- interior pointers of small blocks ----------------------------------- */
 
 static void *remote_free_thread(void *p) {
     lull_free(p);
@@ -400,22 +400,38 @@ static void *remote_free_thread(void *p) {
  * libtsan), the threads the parent had at fork stay in TSan's registry, a
  * thread created here may get the pthread_t (the cached stack) of one of
  * them, and pthread_join then makes TSan die ("dup thread with used id"). */
-static void strict_remote_interior(void *p) {
-    if (!lull_configure("strict_checks", "on")) _exit(4);
+static void remote_interior(void *p) {
     pthread_t t;
     if (pthread_create(&t, NULL, remote_free_thread, p) != 0) _exit(5);
     for (;;)
         pause();
 }
 
-Test(free_errors, strict_checks_catch_a_remote_free_of_an_interior_pointer, .init = warm) {
+/* free(p + 16) of a 100-byte block (class 112) used to be accepted, and a
+ * later malloc returned a block overlapping the live one: the default build
+ * aborts now, on the owner thread and on any other. */
+static void expect_interior_abort(void (*fn)(void *)) {
+    static const size_t offsets[] = {16, 8, 64, 111};
     char *p = lull_malloc(100);
     cr_assert_not_null(p);
-    child_result r;
-    run_child(strict_remote_interior, p + 16, &r);
-    expect_abort(&r, p + 16, "invalid pointer");
-    cr_assert_not_null(strstr(r.err, "112-byte block"), "stderr: '%s'", r.err);
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        child_result r;
+        run_child(fn, p + offsets[k], &r);
+        expect_abort(&r, p + offsets[k], "invalid pointer");
+        cr_assert_not_null(strstr(r.err, "112-byte block"), "stderr: '%s'", r.err);
+        char block[32];
+        snprintf(block, sizeof block, "%p", (void *)p);
+        cr_assert_not_null(strstr(r.err, block), "the block %s not named: '%s'", block, r.err);
+    }
     lull_free(p);
+}
+
+Test(free_errors, free_of_an_interior_pointer_of_a_small_block, .init = warm) {
+    expect_interior_abort(do_free);
+}
+
+Test(free_errors, remote_free_of_an_interior_pointer_of_a_small_block, .init = warm) {
+    expect_interior_abort(remote_interior);
 }
 
 /* ---- double frees from other threads -------------------------------------- */

@@ -224,23 +224,24 @@ Test(race, remote_free_racing_the_owners_exit, .init = race_init, .timeout = 120
 
 /* ---- a block freed by its owner and by another thread ------------------- */
 
-typedef struct {
-    void *block;
-    pthread_barrier_t go;
-} double_free_arg;
-
-static void *free_after_barrier(void *arg) {
-    double_free_arg *a = arg;
-    pthread_barrier_wait(&a->go);
-    lull_free(a->block);
+static void *free_on_another_thread(void *block) {
+    lull_free(block);
     return NULL;
 }
 
-/* In a child: the owner and another thread free the same block at once,
- * then the owner allocates the class again. The child must die of SIGABRT
- * with lull's message naming the block; the old protocol put the block on
- * both lists and handed it out twice, or crashed without a message. */
-static void double_free_child(uint64_t seed, char *msg, size_t cap, int *status) {
+static void free_remotely(void *block) {
+    pthread_t t;
+    pthread_create(&t, NULL, free_on_another_thread, block);
+    pthread_join(t, NULL);
+}
+
+/* In a child, with the remote-free and collection points armed: the owner
+ * frees a block and another thread frees it again (owner_first), or the
+ * other way round; then the owner allocates the class again and again. The
+ * child must die of SIGABRT with lull's message naming the block; the old
+ * protocol put the block on both lists and crashed with no message or
+ * handed it out twice. */
+static void double_free_child(uint64_t seed, bool owner_first, char *msg, size_t cap, int *status) {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     fflush(NULL);
@@ -252,38 +253,36 @@ static void double_free_child(uint64_t seed, char *msg, size_t cap, int *status)
         lull_race_arm(MASK(LULL_RACE_REMOTE_PUSH) | MASK(LULL_RACE_REMOTE_QUEUE) |
                           MASK(LULL_RACE_COLLECT),
                       seed, 100);
-        double_free_arg a = {.block = lull_malloc(BLOCK)};
-        void *keep[8];
+        void *block = lull_malloc(BLOCK), *keep[8];
         for (int i = 0; i < 8; i++)
             keep[i] = lull_malloc(BLOCK); /* the span stays in use */
-        fprintf(stderr, "block %p\n", a.block);
-        pthread_barrier_init(&a.go, NULL, 2);
-        pthread_t t;
-        pthread_create(&t, NULL, free_after_barrier, &a);
-        pthread_barrier_wait(&a.go);
-        lull_free(a.block);
-        pthread_join(t, NULL);
-        for (int i = 0; i < 4 * BATCH; i++) { /* refills collect the remote list */
-            void *p = lull_malloc(BLOCK);
-            memset(p, 0xab, BLOCK);
+        fprintf(stderr, "block %p\n", block);
+        if (owner_first) {
+            lull_free(block);
+            free_remotely(block);
+        } else {
+            free_remotely(block);
+            lull_free(block);
         }
+        for (int i = 0; i < 4 * BATCH; i++) /* refills collect the remote list */
+            memset(lull_malloc(BLOCK), 0xab, BLOCK);
         (void)keep;
         _exit(0);
     }
     close(fds[1]);
     size_t len = 0;
-    for (ssize_t n; (n = read(fds[0], msg + len, cap - 1 - len)) > 0 && len < cap - 1;)
+    for (ssize_t n; len < cap - 1 && (n = read(fds[0], msg + len, cap - 1 - len)) > 0;)
         len += (size_t)n;
     msg[len] = 0;
     close(fds[0]);
     cr_assert_eq(waitpid(pid, status, 0), pid);
 }
 
-Test(race, a_block_freed_by_its_owner_and_another_thread_aborts, .timeout = 120) {
-    for (uint64_t seed = 1; seed <= 16; seed++) {
+static void expect_double_free_abort(bool owner_first) {
+    for (uint64_t seed = 1; seed <= 8; seed++) {
         char msg[4096];
         int status;
-        double_free_child(seed, msg, sizeof msg, &status);
+        double_free_child(seed, owner_first, msg, sizeof msg, &status);
         void *block = NULL;
         cr_assert_eq(sscanf(msg, "block %p", &block), 1, "child said '%s'", msg);
         char addr[32];
@@ -296,4 +295,12 @@ Test(race, a_block_freed_by_its_owner_and_another_thread_aborts, .timeout = 120)
         cr_assert_not_null(strstr(msg, addr), "seed %llu: the message does not name %s: '%s'",
                            (unsigned long long)seed, addr, msg);
     }
+}
+
+Test(race, freed_by_its_owner_then_by_another_thread_aborts, .timeout = 120) {
+    expect_double_free_abort(true);
+}
+
+Test(race, freed_by_another_thread_then_by_its_owner_aborts, .timeout = 120) {
+    expect_double_free_abort(false);
 }
