@@ -187,6 +187,13 @@ Test(reclaim, rss_stays_while_the_delay_says_keep, .init = setup_rss, .timeout =
 
 #define LIVE 24
 #define ITERS (4000 / SCALE)
+/* The workers run at least ITERS steps and until the reclaimer has made
+ * MIN_CALLS calls and purged MIN_RUNS runs while they ran: a fixed number of
+ * steps raced the reclaimer, and a fast machine finished them after one
+ * call. MAX_ITERS only ends a run whose reclaimer never gets there. */
+#define MIN_CALLS 20ul
+#define MIN_RUNS 10u
+#define MAX_ITERS (ITERS * 1000)
 
 static atomic_bool live_stop, live_failed;
 static char live_msg[256];
@@ -236,12 +243,28 @@ static size_t live_size(uint64_t r) {
     }
 }
 
+static lull_reclaim_stats live_start;
+
+/* Enough purging has happened while the workers ran: the reclaimer's calls,
+ * purge runs, and a huge block freed or purged. */
+static bool reclaim_seen_enough(void) {
+    lull_reclaim_stats now;
+    lull_reclaim_get_stats(&now);
+    return atomic_load(&reclaim_calls) > MIN_CALLS &&
+           now.purge_runs - live_start.purge_runs > MIN_RUNS &&
+           (now.huge_freed - live_start.huge_freed) +
+                   (now.huge_purged_bytes - live_start.huge_purged_bytes) >
+               0;
+}
+
 static void *live_worker(void *arg) {
     uint64_t x = 0x2545f4914f6cdd1dULL * (uint64_t)(uintptr_t)arg;
     uint64_t *p[LIVE] = {0};
     size_t sz[LIVE] = {0};
     uint64_t sd[LIVE] = {0};
-    for (int it = 0; it < ITERS && !atomic_load(&live_failed); it++) {
+    for (int it = 0; (it < ITERS || (it % 64 != 0 || !reclaim_seen_enough())) && it < MAX_ITERS &&
+                     !atomic_load(&live_failed);
+         it++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         unsigned i = (unsigned)(x % LIVE);
         if (p[i] && x % 3 == 0) { /* realloc: contents move or stay */
@@ -306,6 +329,7 @@ Test(reclaim, no_live_block_is_zeroed_by_a_purge, .timeout = 180) {
     lull_set_purge_delay_ms(0);
     lull_reclaim_stats s0, s1;
     lull_reclaim_get_stats(&s0);
+    live_start = s0;
     pthread_t w1, w2, r;
     cr_assert_eq(pthread_create(&r, NULL, reclaimer, NULL), 0);
     cr_assert_eq(pthread_create(&w1, NULL, live_worker, (void *)1), 0);
@@ -325,8 +349,8 @@ Test(reclaim, no_live_block_is_zeroed_by_a_purge, .timeout = 180) {
                 (unsigned long)((s1.huge_purged_bytes - s0.huge_purged_bytes) >> 20));
     /* the purges really ran while the blocks moved (freed huge mappings are
      * purged in the reclaim thread's cache, or unmapped) */
-    cr_assert_gt(atomic_load(&reclaim_calls), 10ul);
-    cr_assert_gt(s1.purge_runs - s0.purge_runs, 10u);
+    cr_assert_gt(atomic_load(&reclaim_calls), MIN_CALLS);
+    cr_assert_gt(s1.purge_runs - s0.purge_runs, MIN_RUNS);
     cr_assert_gt((s1.huge_freed - s0.huge_freed) + (s1.huge_purged_bytes - s0.huge_purged_bytes),
                  0u);
 }
