@@ -20,6 +20,7 @@
 #include "reclaim/warm_reserve.h"
 #include "src/config.h"
 #include "src/fault.h"
+#include "src/heap.h"
 #include "src/huge.h"
 #include "src/init.h"
 #include "src/message.h"
@@ -164,6 +165,9 @@ static bool tick(void) {
     }
     if (delay != LULL_PURGE_DELAY_NEVER) work |= lull_warm_reserve_tick(&R.backend, now);
     lull_refault_tick(now);
+    /* the remote frees into heaps of exited threads: collected here, their
+     * emptied spans are purged from the next tick on */
+    lull_heaps_collect_abandoned();
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     __atomic_store_n(&R.stats.cpu_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec,

@@ -126,9 +126,7 @@ static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
     return (void *)block;
 }
 
-static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
-    lull_heap *h = lull_heap_get_or_create();
-    if (!h) return NULL;
+static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *zeroed) {
     *zeroed = false;
     if (size <= LULL_SMALL_MAX && alignment <= LULL_SLICE_SIZE) {
         size_t asked = size < alignment ? alignment : size;
@@ -163,6 +161,23 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
 oom:
     errno = ENOMEM;
     return NULL;
+}
+
+static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
+    if (__builtin_expect(lull_tl_heap == &lull_heap_empty, 0) && lull_heap_thread_done()) {
+        /* an exiting thread, after lull's heap destructor: see heap.c */
+        lull_heap *late = lull_heap_late_acquire();
+        if (!late) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        void *p = alloc_in_heap(late, size, alignment, zeroed);
+        lull_heap_late_release();
+        return p;
+    }
+    lull_heap *h = lull_heap_get_or_create();
+    if (!h) return NULL;
+    return alloc_in_heap(h, size, alignment, zeroed);
 }
 
 void *lull_malloc_slow(lull_heap *h, size_t size) {

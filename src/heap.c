@@ -29,9 +29,25 @@ static uint8_t *chunk_next, *chunk_end;
 static pthread_key_t heap_key;
 _Atomic uint64_t lull_heap_chunk_bytes;
 
+/* Set once lull's key destructor has abandoned this thread's heap: what the
+ * thread allocates after that (another key's destructor, in a later round
+ * than lull's last one) comes from the late heap, so no heap is left
+ * behind by a thread whose destructors allocate. */
+static __thread bool tl_heap_done __attribute__((tls_model("initial-exec")));
+
+/* One heap for every such late allocation, used under late_lock; its
+ * blocks freed later are remote frees, collected like an abandoned heap's. */
+static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
+static lull_heap *late_heap;
+
 static void heap_thread_exit(void *arg) {
     lull_heap *h = arg;
+    tl_heap_done = true;
     if (h && h == lull_tl_heap) lull_heap_abandon(h);
+}
+
+bool lull_heap_thread_done(void) {
+    return tl_heap_done;
 }
 
 void lull_heaps_init(void) {
@@ -57,6 +73,28 @@ static lull_heap *heap_alloc_locked(void) {
     return h;
 }
 
+lull_heap *lull_heap_late_acquire(void) {
+    pthread_mutex_lock(&late_lock);
+    if (!late_heap) {
+        pthread_mutex_lock(&registry_lock);
+        late_heap = heap_alloc_locked();
+        pthread_mutex_unlock(&registry_lock);
+        if (!late_heap) {
+            pthread_mutex_unlock(&late_lock);
+            return NULL;
+        }
+        late_heap->owner_tid = -2; /* nobody's: whoever holds late_lock */
+        late_heap->abandoned = true;
+        late_heap->node = 0;
+        late_heap->arena = &lull_arenas[0];
+    }
+    return late_heap;
+}
+
+void lull_heap_late_release(void) {
+    pthread_mutex_unlock(&late_lock);
+}
+
 lull_heap *lull_heap_get_or_create(void) {
     if (lull_tl_heap != &lull_heap_empty) return lull_tl_heap;
     if (!lull_ensure_init()) return NULL;
@@ -74,6 +112,7 @@ lull_heap *lull_heap_get_or_create(void) {
     }
     LULL_RACE_POINT(LULL_RACE_ADOPT);
     h->next_abandoned = NULL;
+    h->abandoned = false;
     h->owner_tid = gettid();
     h->node = node;
     h->arena = &lull_arenas[node < lull_arena_count ? node : 0];
@@ -257,8 +296,8 @@ void lull_heap_span_empty(lull_heap *h, lull_span *span) {
      * allocates and frees one block in a loop must not trade slices with the
      * arena every time (180-220 ns a pair for 100-300 KiB blocks, against
      * 9 ns kept) */
-    if (h->queue[c].head == span && span->next == NULL && !lull_span_in_full(span) &&
-        keep_empty(h, span))
+    if (!h->abandoned && h->queue[c].head == span && span->next == NULL &&
+        !lull_span_in_full(span) && keep_empty(h, span))
         return;
     if (lull_span_in_full(span))
         lull_heap_queue_remove(&h->full, span);
@@ -321,10 +360,31 @@ void lull_heap_abandon(lull_heap *h) {
     lull_tl_heap = &lull_heap_empty;
     pthread_mutex_lock(&registry_lock);
     h->owner_tid = 0;
+    h->abandoned = true;
     int node = h->node < LULL_MAX_NODES ? h->node : 0;
     h->next_abandoned = abandoned[node];
     abandoned[node] = h;
     pthread_mutex_unlock(&registry_lock);
+}
+
+/* The reclaim thread, each tick: the remote frees into heaps whose threads
+ * are gone are collected now, not when a new thread adopts the heap (which
+ * a process whose thread count fell may never do), and their emptied spans
+ * go back to the arena to be purged. Under the registry lock, which no
+ * adopting thread gets past meanwhile; the late heap under its own lock. */
+void lull_heaps_collect_abandoned(void) {
+    pthread_mutex_lock(&registry_lock);
+    for (int node = 0; node < LULL_MAX_NODES; node++)
+        for (lull_heap *h = abandoned[node]; h; h = h->next_abandoned)
+            if (atomic_load_explicit(&h->remote_spans, memory_order_relaxed))
+                lull_heap_collect_remote(h);
+    pthread_mutex_unlock(&registry_lock);
+    if (__atomic_load_n(&late_heap, __ATOMIC_ACQUIRE) &&
+        atomic_load_explicit(&late_heap->remote_spans, memory_order_relaxed)) {
+        pthread_mutex_lock(&late_lock);
+        lull_heap_collect_remote(late_heap);
+        pthread_mutex_unlock(&late_lock);
+    }
 }
 
 void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg) {
@@ -335,14 +395,17 @@ void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg) {
 }
 
 void lull_heaps_fork_prepare(void) {
+    pthread_mutex_lock(&late_lock);
     pthread_mutex_lock(&registry_lock);
 }
 void lull_heaps_fork_parent(void) {
     pthread_mutex_unlock(&registry_lock);
+    pthread_mutex_unlock(&late_lock);
 }
 
 void lull_heaps_fork_child(void) {
     pthread_mutex_init(&registry_lock, NULL);
+    pthread_mutex_init(&late_lock, NULL);
     /* The other threads' heaps may have been mid-update when fork copied
      * them: they are never adopted in the child (their blocks stay allocated
      * there; most children exec soon). The abandoned heaps were consistent. */

@@ -42,6 +42,16 @@ void lull_heap_span_empty(lull_heap *h, lull_span *span);
 void lull_heap_queue_remove(lull_span_queue *q, lull_span *span);
 void lull_heap_queue_push_front(lull_span_queue *q, lull_span *span);
 
+/* True once lull's key destructor has run on this thread (it is exiting). */
+bool lull_heap_thread_done(void);
+/* The heap of allocations made after that, locked; NULL when no memory is
+ * left (unlocked then). */
+lull_heap *lull_heap_late_acquire(void);
+void lull_heap_late_release(void);
+/* Collect the remote frees of abandoned heaps and of the late heap
+ * (the reclaim thread, each tick). */
+void lull_heaps_collect_abandoned(void);
+
 /* Walk every heap (registry); the callback runs with the registry locked. */
 void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg);
 

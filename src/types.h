@@ -154,9 +154,11 @@ typedef struct lull_span_queue {
 #define LULL_CLASSES 112
 #define LULL_KEPT_SLOTS 16
 
-/* A thread heap. Only its owner thread touches it, except remote_spans,
- * which other threads push to. Heaps are never freed: a dying thread's heap
- * is abandoned and adopted whole by the next new thread. */
+/* A thread heap. Only its owner touches it, except remote_spans, which
+ * other threads push to. Heaps are never freed: a dying thread's heap is
+ * abandoned and adopted whole by the next new thread; while it waits, the
+ * reclaim thread collects its remote frees (holding the registry lock, which
+ * makes it the owner for that time). */
 #define LULL_DIRECT_WORDS 129 /* (size + 7) >> 3 for sizes up to 1 KiB */
 
 typedef struct lull_heap {
@@ -174,8 +176,11 @@ typedef struct lull_heap {
     pid_t owner_tid;
     int node;
     bool node_pinned; /* lull_thread_set_node() */
-    uint64_t allocs;  /* blocks handed out by this heap (owner only) */
-    uint64_t frees;   /* blocks freed by their owner thread (owner only) */
+    /* on the abandoned list, or the late heap (heap.c): its empty spans go
+     * back to the arena at once, none is kept for a thread that is gone */
+    bool abandoned;
+    uint64_t allocs; /* blocks handed out by this heap (owner only) */
+    uint64_t frees;  /* blocks freed by their owner thread (owner only) */
     uint64_t spans_taken;
     uint64_t spans_returned;
     /* spans kept for reuse when they empty (heap.c), oldest evicted first */
