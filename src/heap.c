@@ -77,16 +77,18 @@ lull_heap *lull_heap_late_acquire(void) {
     pthread_mutex_lock(&late_lock);
     if (!late_heap) {
         pthread_mutex_lock(&registry_lock);
-        late_heap = heap_alloc_locked();
+        lull_heap *h = heap_alloc_locked();
         pthread_mutex_unlock(&registry_lock);
-        if (!late_heap) {
+        if (!h) {
             pthread_mutex_unlock(&late_lock);
             return NULL;
         }
-        late_heap->owner_tid = -2; /* nobody's: whoever holds late_lock */
-        late_heap->abandoned = true;
-        late_heap->node = 0;
-        late_heap->arena = &lull_arenas[0];
+        h->owner_tid = -2; /* nobody's: whoever holds late_lock */
+        h->abandoned = true;
+        h->node = 0;
+        h->arena = &lull_arenas[0];
+        /* the reclaim thread looks at it without the lock first */
+        __atomic_store_n(&late_heap, h, __ATOMIC_RELEASE);
     }
     return late_heap;
 }
@@ -379,10 +381,10 @@ void lull_heaps_collect_abandoned(void) {
             if (atomic_load_explicit(&h->remote_spans, memory_order_relaxed))
                 lull_heap_collect_remote(h);
     pthread_mutex_unlock(&registry_lock);
-    if (__atomic_load_n(&late_heap, __ATOMIC_ACQUIRE) &&
-        atomic_load_explicit(&late_heap->remote_spans, memory_order_relaxed)) {
+    lull_heap *late = __atomic_load_n(&late_heap, __ATOMIC_ACQUIRE);
+    if (late && atomic_load_explicit(&late->remote_spans, memory_order_relaxed)) {
         pthread_mutex_lock(&late_lock);
-        lull_heap_collect_remote(late_heap);
+        lull_heap_collect_remote(late);
         pthread_mutex_unlock(&late_lock);
     }
 }
