@@ -108,6 +108,13 @@ static inline double rss_mib(void) {
     return (double)rss_bytes() / BENCH_MIB;
 }
 
+/* Peak RSS of this process so far (getrusage's ru_maxrss), in MiB. */
+static inline double peak_rss_mib(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
 /* Minor faults taken by the calling thread so far. */
 static inline long thread_minflt(void) {
     struct rusage ru;
@@ -134,6 +141,34 @@ static inline void shuffle_u32(uint32_t *a, size_t n, uint64_t *rng) {
         a[i] = a[j];
         a[j] = t;
     }
+}
+
+/* Sorts v[0..n) ascending in place (Shell sort: no allocation, fine for the
+ * thousands of samples a program here keeps). */
+static inline void sort_doubles(double *v, size_t n) {
+    for (size_t gap = n / 2; gap > 0; gap = gap == 2 ? 1 : gap * 5 / 11) {
+        for (size_t i = gap; i < n; i++) {
+            double t = v[i];
+            size_t j = i;
+            for (; j >= gap && v[j - gap] > t; j -= gap)
+                v[j] = v[j - gap];
+            v[j] = t;
+        }
+    }
+}
+
+/* Median of v[0..n) (sorts v; the mean of the middle two when n is even). */
+static inline double median_doubles(double *v, size_t n) {
+    if (n == 0) return 0;
+    sort_doubles(v, n);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Value at quantile q (0..1) of the sorted v[0..n): the nearest rank. */
+static inline double quantile_sorted(const double *v, size_t n, double q) {
+    if (n == 0) return 0;
+    size_t i = (size_t)(q * (double)n);
+    return v[i < n ? i : n - 1];
 }
 
 /* Voluntary plus involuntary context switches of the calling thread so far. */

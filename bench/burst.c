@@ -152,17 +152,6 @@ static void *sampler(void *arg) {
     return NULL;
 }
 
-static double median(double *v, int n) {
-    if (n <= 0) return 0;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Under lull, prints the configuration and the purge delay in force, read
  * from this process's counter page (include/lull/counters.h; lull opens it
  * about 1 s after start). With BENCH_LULL_CONF set, returns -1 (after an
@@ -313,15 +302,15 @@ int main(int argc, char **argv) {
         }
         char m[64];
         snprintf(m, sizeof m, "gap%llu_faults", (unsigned long long)cfg.gaps[g]);
-        result(SC, m, median(f, n), "faults");
+        result(SC, m, median_doubles(f, (size_t)n), "faults");
         snprintf(m, sizeof m, "gap%llu_burst_ms", (unsigned long long)cfg.gaps[g]);
-        result(SC, m, median(ms, n), "ms");
+        result(SC, m, median_doubles(ms, (size_t)n), "ms");
         if (ng > 0) {
             snprintf(m, sizeof m, "gap%llu_rss_gap_end_mib", (unsigned long long)cfg.gaps[g]);
-            result(SC, m, median(rg, ng), "MiB");
+            result(SC, m, median_doubles(rg, (size_t)ng), "MiB");
         }
         snprintf(m, sizeof m, "gap%llu_rss_live_mib", (unsigned long long)cfg.gaps[g]);
-        result(SC, m, median(rl, n), "MiB");
+        result(SC, m, median_doubles(rl, (size_t)n), "MiB");
     }
     result(SC, "first_burst_faults", (double)recs[0].faults, "faults");
     result(SC, "rss_base_mib", rss_base, "MiB");

@@ -5,7 +5,7 @@
 #                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
 #
 # Scenarios: stall throughput callgrind latency burst redis hardening
-# (default: all). Allocators: glibc jemalloc mimalloc tcmalloc lull (default:
+# forkexec (default: all). Allocators: glibc jemalloc mimalloc tcmalloc lull (default:
 # all). lull is build/liblull.so under the repository root, or $LULL_SO; when
 # it is not there its rows say "missing" and the run goes on. With lull, burst
 # also runs lull-delay0 (the same library, LULL_CONF=purge_delay_ms=0), and
@@ -29,7 +29,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCENARIOS=(stall throughput callgrind latency burst redis hardening)
+SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec)
 runs=
 redis_runs=
 quick=0
@@ -158,30 +158,45 @@ run_one() {
     fi
 }
 
+# run_interleaved SCENARIO LABEL TIMEOUT CMD...: CMD with each allocator
+# preloaded, --runs times, in the rotated order of each repetition
+run_interleaved() {
+    local sc=$1 label=$2 tmo=$3 r a
+    shift 3
+    for ((r = 1; r <= runs; r++)); do
+        for a in $(rotated $r); do
+            run_one "$sc" "$a" $r "$label" "$tmo" preload "$@"
+        done
+    done
+}
+
 started=$SECONDS
 for sc in "${selected[@]}"; do
     log "== $sc"
     t_sc=$SECONDS
     case $sc in
     stall)
-        for ((r = 1; r <= runs; r++)); do
-            for a in $(rotated $r); do
-                run_one stall "$a" $r stall 300 preload "$(bench_bin stall)" "${q[@]}"
-            done
-        done
+        run_interleaved stall stall 300 "$(bench_bin stall)" "${q[@]}"
         for a in "${avail[@]}"; do
             run_one stall "$a" sys stall-syscalls 300 preload "$(bench_bin stall)" --count-syscalls "${q[@]}"
         done
         ;;
     throughput)
+        # LABEL:ARGUMENTS of each bench_throughput run (the label names its log)
+        truns=("st:--mode st" "mt:--mode mt" "prodcons:--mode prodcons" "larson:--mode larson"
+            "larson-live:--mode larson-live" "larson-10-100:--mode larson --sizes 10-100")
         for ((r = 1; r <= runs; r++)); do
             for a in $(rotated $r); do
-                for m in st mt prodcons larson; do
-                    run_one throughput "$a" $r "throughput-$m" 300 preload \
-                        "$(bench_bin throughput)" --mode $m "${q[@]}"
+                for spec in "${truns[@]}"; do
+                    read -r -a targs <<<"${spec#*:}"
+                    run_one throughput "$a" $r "throughput-${spec%%:*}" 300 preload \
+                        "$(bench_bin throughput)" "${targs[@]}" "${q[@]}"
                 done
             done
         done
+        ;;
+    forkexec)
+        run_interleaved forkexec forkexec 300 "$(bench_bin fork_exec)" "${q[@]}"
         ;;
     callgrind)
         for a in "${avail[@]}"; do
