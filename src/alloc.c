@@ -212,8 +212,8 @@ void *lull_calloc_generic(size_t size) {
 
 /* free ----------------------------------------------------------------- */
 
-/* Frees of large and huge blocks (any thread; remote small frees are
- * counted on the owner heap). */
+/* Frees of large and huge blocks, and remote small frees by a thread that
+ * has no heap (any thread; the others are counted on the freeing heap). */
 _Atomic uint64_t lull_other_frees;
 
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
@@ -315,7 +315,6 @@ static void remote_free(void *p, lull_span *span, lull_heap *owner) {
     } while (!atomic_compare_exchange_weak_explicit(&span->thread_free, &old,
                                                     (uintptr_t)b | LULL_REMOTE_QUEUED,
                                                     memory_order_release, memory_order_relaxed));
-    atomic_fetch_add_explicit(&owner->remote_frees, 1, memory_order_relaxed);
     if (old & LULL_REMOTE_QUEUED) return; /* queued already: the owner will pop it */
     LULL_RACE_POINT(LULL_RACE_REMOTE_QUEUE);
     lull_span *head = atomic_load_explicit(&owner->remote_spans, memory_order_relaxed);
@@ -326,7 +325,6 @@ static void remote_free(void *p, lull_span *span, lull_heap *owner) {
 }
 
 void lull_free_other(void *p, lull_span *span, lull_heap *h) {
-    (void)h;
     lull_segment *seg = lull_segment_of(p);
     if (seg->magic == LULL_HUGE_MAGIC) {
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
@@ -338,6 +336,12 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
         lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_acquire);
         if (!owner) lull_fatal("free(): invalid pointer or double free of %p (span not in use)", p);
         remote_free(p, span, owner);
+        /* counted by the freeing thread on its own heap: an atomic add on
+         * the owner's heap was one more contended line per remote free */
+        if (h != &lull_heap_empty)
+            h->frees++;
+        else
+            atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
         return;
     }
     if (kind == LULL_SPAN_LARGE) {

@@ -132,7 +132,6 @@ static void count_heap_stats(lull_heap *h, void *arg) {
     out->malloc_count += __atomic_load_n(&h->allocs, __ATOMIC_RELAXED);
     out->free_count += __atomic_load_n(&h->frees, __ATOMIC_RELAXED);
     RACY_READS_END();
-    out->free_count += atomic_load_explicit(&h->remote_frees, memory_order_relaxed);
 }
 
 void lull_stats_collect(struct lull_counters *out) {

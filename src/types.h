@@ -180,14 +180,13 @@ typedef struct lull_heap {
      * back to the arena at once, none is kept for a thread that is gone */
     bool abandoned;
     uint64_t allocs; /* blocks handed out by this heap (owner only) */
-    uint64_t frees;  /* blocks freed by their owner thread (owner only) */
+    uint64_t frees;  /* blocks this heap's thread freed, its own or others' (owner only) */
     uint64_t spans_taken;
     uint64_t spans_returned;
     /* spans kept for reuse when they empty (heap.c), oldest evicted first */
     struct lull_span *kept[LULL_KEPT_SLOTS];
     uint64_t kept_bytes;
     uint32_t kept_next;
-    _Atomic uint64_t remote_frees; /* counted by the freeing thread on the owner */
 } lull_heap;
 
 #endif
