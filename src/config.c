@@ -4,6 +4,7 @@
 #include "src/message.h"
 
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,18 @@ lull_config_t lull_config = {
 
 static bool loaded;
 static bool started;
+/* lull_config_load() is running (once, at the first allocation, before any
+ * other thread can allocate: see lull_ensure_init) */
+static bool loading;
+
+/* The start-up configuration's problems: the first LOAD_MESSAGES are
+ * printed, the rest only counted (a LULL_CONF of 12,000 unknown keys would
+ * otherwise print 12,000 lines). */
+#define LOAD_MESSAGES 8
+static unsigned load_problems;
+
+/* Where the configuration comes from, in the order it is read. */
+enum origin { FROM_NONE, FROM_PROGRAM, FROM_LULL_CONF, FROM_VARIABLE, FROM_CONFIGURE };
 
 /* A program that links lull may define this string ("key=value,...");
  * read before the environment, which wins. Like jemalloc's malloc_conf. */
@@ -40,15 +53,26 @@ static bool word_is(const char *v, size_t len, const char *word) {
     return strlen(word) == len && strncasecmp(v, word, len) == 0;
 }
 
-static bool parse_long(const char *v, size_t len, long *out) {
-    char buf[32];
-    if (len == 0 || len >= sizeof buf) return false;
-    memcpy(buf, v, len);
-    buf[len] = 0;
-    char *end;
-    long x = strtol(buf, &end, 10);
-    if (*end) return false;
-    *out = x;
+/* A number: decimal digits, with a leading '-' for a negative one, and
+ * nothing else (no space on either side, no '+', no base prefix): what
+ * strtol() would skip or stop at is refused, as is a value past
+ * [min, max] (also one too long for a long). */
+static bool parse_long(const char *v, size_t len, long min, long max, long *out) {
+    bool neg = len > 0 && v[0] == '-';
+    size_t i = neg;
+    if (i == len || (neg && min >= 0)) return false;
+    /* the magnitude, never past the range's bound on its side (min > LONG_MIN) */
+    unsigned long limit = neg ? (unsigned long)-min : (unsigned long)max, x = 0;
+    for (; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9') return false;
+        unsigned long d = (unsigned long)(v[i] - '0');
+        if (d > limit || x > (limit - d) / 10) return false;
+        x = x * 10 + d;
+    }
+    if (neg && x == 0) return false; /* "-0" */
+    long r = neg ? -(long)x : (long)x;
+    if (r < min || r > max) return false;
+    *out = r;
     return true;
 }
 
@@ -62,23 +86,31 @@ static bool parse_bool(const char *v, size_t len, bool *out) {
     return false;
 }
 
+/* Digits at v[*i] as a number below limit; false for none, or for one of
+ * limit or more (however many digits: it never wraps). */
+static bool parse_index(const char *v, size_t len, size_t *i, unsigned limit, unsigned *out) {
+    if (*i >= len || !isdigit((unsigned char)v[*i])) return false;
+    unsigned x = 0;
+    while (*i < len && isdigit((unsigned char)v[*i])) {
+        x = x * 10 + (unsigned)(v[(*i)++] - '0');
+        if (x >= limit) return false;
+    }
+    *out = x;
+    return true;
+}
+
 /* "0-3,6" into a bit mask of at most `limit` bits (CPUs or nodes). */
 static bool parse_list(const char *v, size_t len, void (*set)(unsigned, void *), void *arg,
                        unsigned limit) {
     size_t i = 0;
     bool any = false;
     while (i < len) {
-        if (!isdigit((unsigned char)v[i])) return false;
-        unsigned a = 0, b;
-        while (i < len && isdigit((unsigned char)v[i]))
-            a = a * 10 + (unsigned)(v[i++] - '0');
+        unsigned a, b;
+        if (!parse_index(v, len, &i, limit, &a)) return false;
         b = a;
         if (i < len && v[i] == '-') {
             i++;
-            if (i >= len || !isdigit((unsigned char)v[i])) return false;
-            b = 0;
-            while (i < len && isdigit((unsigned char)v[i]))
-                b = b * 10 + (unsigned)(v[i++] - '0');
+            if (!parse_index(v, len, &i, limit, &b)) return false;
         }
         if (b < a || b >= limit) return false;
         for (unsigned x = a; x <= b; x++)
@@ -120,7 +152,7 @@ static bool set_purge_delay(const char *v, size_t len) {
         x = LULL_PURGE_DELAY_AUTO;
     else if (word_is(v, len, "never"))
         x = LULL_PURGE_DELAY_NEVER;
-    else if (!parse_long(v, len, &x) || x < -2)
+    else if (!parse_long(v, len, LULL_PURGE_DELAY_AUTO, LULL_PURGE_DELAY_MAX_MS, &x))
         return false;
     __atomic_store_n(&lull_config.purge_delay_ms, x, __ATOMIC_RELAXED);
     return true;
@@ -213,19 +245,19 @@ static bool set_inline_purge(const char *v, size_t len) {
 }
 static bool set_warm(const char *v, size_t len) {
     long x;
-    if (!parse_long(v, len, &x) || x < 0 || x > (1L << 20)) return false;
+    if (!parse_long(v, len, 0, 1L << 20, &x)) return false;
     __atomic_store_n(&lull_config.warm_reserve_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
     return true;
 }
 static bool set_huge_cache(const char *v, size_t len) {
     long x;
-    if (!parse_long(v, len, &x) || x < 0 || x > (1L << 26)) return false;
+    if (!parse_long(v, len, 0, 1L << 26, &x)) return false;
     __atomic_store_n(&lull_config.huge_cache_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
     return true;
 }
 static bool set_huge_cache_idle(const char *v, size_t len) {
     long x;
-    if (!parse_long(v, len, &x) || x < 0 || x > 86400000L) return false;
+    if (!parse_long(v, len, 0, 86400000L, &x)) return false;
     __atomic_store_n(&lull_config.huge_cache_idle_ms, x, __ATOMIC_RELAXED);
     return true;
 }
@@ -234,56 +266,121 @@ static const struct {
     const char *key;
     setter set;
     const char *expect;
+    const char *dflt;   /* the default, as the message names it */
     bool at_start_only; /* shapes start-up: the reclaim thread, NUMA, the page */
 } keys[] = {
-    {"purge_delay_ms", set_purge_delay, "auto, never, or milliseconds >= -1", false},
-    {"purge_mode", set_purge_mode, "auto, dontneed or free", false},
-    {"backend", set_backend, "auto, uring, process_madvise or madvise", true},
-    {"refault_monitor", set_refault, "auto, on or off", true},
-    {"reclaim_cpu", set_reclaim_cpu, "a CPU list such as 3 or 2-3 (':' between ranges)", true},
-    {"reclaim_sched", set_reclaim_sched, "normal, batch or idle", true},
-    {"numa", set_numa, "local, interleave, bind or off", true},
-    {"numa_nodes", set_numa_nodes, "a node list such as 0-1", true},
-    {"counter_page", set_counter_page, "on, off or a name of [A-Za-z0-9._-]", true},
-    {"verbose", set_verbose, "on or off", false},
-    {"strict_checks", set_strict, "on or off", false},
-    {"warm_reserve_mb", set_warm, "MiB, 0 to 1048576", false},
-    {"inline_purge", set_inline_purge, "on or off", false},
-    {"huge_cache_mb", set_huge_cache, "MiB, 0 to 67108864", false},
-    {"huge_cache_idle_ms", set_huge_cache_idle, "milliseconds, 0 to 86400000", false},
+    {"purge_delay_ms", set_purge_delay, "auto, never, or milliseconds -1 to 86400000", "auto",
+     false},
+    {"purge_mode", set_purge_mode, "auto, dontneed or free", "auto", false},
+    {"backend", set_backend, "auto, uring, process_madvise or madvise", "auto", true},
+    {"refault_monitor", set_refault, "auto, on or off", "auto", true},
+    {"reclaim_cpu", set_reclaim_cpu,
+     "a CPU list such as 3 or 2-3 (':' between ranges), CPUs 0 to 1023", "any", true},
+    {"reclaim_sched", set_reclaim_sched, "normal, batch or idle", "normal", true},
+    {"numa", set_numa, "local, interleave, bind or off", "local", true},
+    {"numa_nodes", set_numa_nodes, "a node list such as 0-1, nodes 0 to 63", "all", true},
+    {"counter_page", set_counter_page, "on, off or a name of 1 to 62 of [A-Za-z0-9._-]", "on",
+     true},
+    {"verbose", set_verbose, "on or off", "off", false},
+    {"strict_checks", set_strict, "on or off", "off", false},
+    {"warm_reserve_mb", set_warm, "MiB, 0 to 1048576", "64", false},
+    {"inline_purge", set_inline_purge, "on or off", "off", false},
+    {"huge_cache_mb", set_huge_cache, "MiB, 0 to 67108864", "1024", false},
+    {"huge_cache_idle_ms", set_huge_cache_idle, "milliseconds, 0 to 86400000", "10000", false},
 };
+#define KEY_COUNT (sizeof keys / sizeof keys[0])
 
-static bool set_one(const char *key, size_t klen, const char *v, size_t vlen, const char *origin) {
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+/* While loading: the value in force of each key and where it came from
+ * (pointers into the program's string and the environment, which outlive
+ * the load), so that a bad value given after a good one says what stays. */
+static struct {
+    enum origin from;
+    const char *value;
+    size_t len;
+} load_value[KEY_COUNT];
+
+static const char *origin_name(enum origin from, size_t key, char *buf, size_t len) {
+    switch (from) {
+    case FROM_PROGRAM:
+        return "lull_conf";
+    case FROM_LULL_CONF:
+        return "LULL_CONF";
+    case FROM_VARIABLE: { /* LULL_<KEY>; len is well above 5 + the longest key */
+        size_t k = 5;
+        memcpy(buf, "LULL_", k);
+        for (const char *c = keys[key].key; *c && k + 1 < len; c++)
+            buf[k++] = (char)toupper((unsigned char)*c);
+        buf[k] = 0;
+        return buf;
+    }
+    default:
+        return "lull_configure";
+    }
+}
+
+/* One problem of the configuration: printed, unless the start-up
+ * configuration has had LOAD_MESSAGES already (lull_config_load then
+ * prints how many more there were). */
+static void problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void problem(const char *fmt, ...) {
+    if (loading && load_problems++ >= LOAD_MESSAGES) return;
+    char buf[480]; /* values are cut at 100 bytes: a message fits */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    lull_message("%s", buf);
+}
+
+static bool set_one(const char *key, size_t klen, const char *v, size_t vlen, const char *origin,
+                    enum origin from) {
+    for (size_t i = 0; i < KEY_COUNT; i++) {
         if (strlen(keys[i].key) != klen || strncasecmp(keys[i].key, key, klen) != 0) continue;
         if (started && keys[i].at_start_only) {
-            lull_message("%s: %s applies at start only; set it in LULL_CONF, its LULL_ variable "
-                         "or the program's lull_conf string",
-                         origin, keys[i].key);
+            problem("%s: %s applies at start only; set it in LULL_CONF, its LULL_ variable or "
+                    "the program's lull_conf string",
+                    origin, keys[i].key);
             return false;
         }
-        if (keys[i].set(v, vlen)) return true;
-        lull_message("%s: bad value '%.*s' for %s (expected %s); using the default", origin,
-                     (int)vlen, v, keys[i].key, keys[i].expect);
+        if (keys[i].set(v, vlen)) {
+            if (loading) {
+                load_value[i].from = from;
+                load_value[i].value = v;
+                load_value[i].len = vlen;
+            }
+            return true;
+        }
+        char kept[160], where[48];
+        if (!loading)
+            snprintf(kept, sizeof kept, "keeping the value in force");
+        else if (load_value[i].from == FROM_NONE)
+            snprintf(kept, sizeof kept, "using the default (%s)", keys[i].dflt);
+        else
+            snprintf(kept, sizeof kept, "keeping %s=%.*s from %s", keys[i].key,
+                     (int)(load_value[i].len > 64 ? 64 : load_value[i].len), load_value[i].value,
+                     origin_name(load_value[i].from, i, where, sizeof where));
+        problem("%s: bad value '%.*s' for %s (expected %s); %s", origin,
+                (int)(vlen > 100 ? 100 : vlen), v, keys[i].key, keys[i].expect, kept);
         return false;
     }
-    lull_message("%s: unknown key '%.*s'; ignored", origin, (int)klen, key);
+    problem("%s: unknown key '%.*s'; ignored", origin, (int)(klen > 100 ? 100 : klen), key);
     return false;
 }
 
 bool lull_config_set(const char *key, const char *value) {
     if (!key || !value) return false;
-    return set_one(key, strlen(key), value, strlen(value), "lull_configure");
+    return set_one(key, strlen(key), value, strlen(value), "lull_configure", FROM_CONFIGURE);
 }
 
-static void load_list(const char *conf, const char *origin) {
+static void load_list(const char *conf, const char *origin, enum origin from) {
     while (conf && *conf) {
         size_t len = strcspn(conf, ",");
         const char *eq = memchr(conf, '=', len);
         if (eq)
-            set_one(conf, (size_t)(eq - conf), eq + 1, len - (size_t)(eq - conf) - 1, origin);
+            set_one(conf, (size_t)(eq - conf), eq + 1, len - (size_t)(eq - conf) - 1, origin, from);
         else if (len)
-            lull_message("%s: '%.*s' is not key=value; ignored", origin, (int)len, conf);
+            problem("%s: '%.*s' is not key=value; ignored", origin, (int)(len > 100 ? 100 : len),
+                    conf);
         conf += len;
         if (*conf == ',') conf++;
     }
@@ -292,17 +389,23 @@ static void load_list(const char *conf, const char *origin) {
 void lull_config_load(void) {
     if (loaded) return;
     loaded = true;
-    if (&lull_conf && lull_conf) load_list(lull_conf, "lull_conf");
-    load_list(getenv("LULL_CONF"), "LULL_CONF");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        char name[48] = "LULL_";
-        size_t k = 5;
-        for (const char *c = keys[i].key; *c && k < sizeof name - 1; c++)
-            name[k++] = (char)toupper((unsigned char)*c);
-        name[k] = 0;
-        const char *v = getenv(name);
-        if (v) set_one(keys[i].key, strlen(keys[i].key), v, strlen(v), name);
+    loading = true;
+    /* The environment belongs to whoever runs the program: a setuid, setgid
+     * or setcap program (secure mode, AT_SECURE) takes none of it
+     * (secure_getenv returns NULL there). The program's own lull_conf
+     * string is part of the program, and applies. */
+    if (&lull_conf && lull_conf) load_list(lull_conf, "lull_conf", FROM_PROGRAM);
+    load_list(secure_getenv("LULL_CONF"), "LULL_CONF", FROM_LULL_CONF);
+    for (size_t i = 0; i < KEY_COUNT; i++) {
+        char name[48];
+        origin_name(FROM_VARIABLE, i, name, sizeof name);
+        const char *v = secure_getenv(name);
+        if (v) set_one(keys[i].key, strlen(keys[i].key), v, strlen(v), name, FROM_VARIABLE);
     }
+    loading = false;
+    if (load_problems > LOAD_MESSAGES)
+        lull_message("%u more configuration problems not shown (only the first %d are)",
+                     load_problems - LOAD_MESSAGES, LOAD_MESSAGES);
 }
 
 size_t lull_config_format(char *buf, size_t len) {

@@ -15,6 +15,10 @@
 
 #define LULL_PURGE_DELAY_AUTO (-2L)
 #define LULL_PURGE_DELAY_NEVER (-1L)
+/* The longest purge delay (a day). The reclaim thread compares 32-bit
+ * millisecond times: a delay of 2^31 ms or more would wrap (2^32 - 1 and up
+ * used to mean "purge at once"); "never" is the way to keep memory for good. */
+#define LULL_PURGE_DELAY_MAX_MS 86400000L
 
 typedef enum { LULL_MODE_AUTO, LULL_MODE_DONTNEED, LULL_MODE_FREE } lull_purge_mode;
 typedef enum {

@@ -98,9 +98,24 @@ static void sleep_ms(long ms) {
 
 enum existing { EXISTING_GONE, EXISTING_LIVE, EXISTING_ERROR };
 
-/* The name is taken: remove it if its page is stale. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+    if (S_ISDIR(mode)) return "a directory";
+    return "not a regular file";
+}
+
+/* The name is taken: remove it if it is a stale counter page of this user
+ * (its lull header names a process that no longer runs). Anything else at
+ * the name is left alone, and the page is not created: lull never removes
+ * what it did not create (another program's object or semaphore, another
+ * user's file, a FIFO or a symlink that someone put at the predictable
+ * default name). */
 static enum existing handle_existing(const char *name, int *err) {
-    int fd = shm_open(name, O_RDONLY, 0);
+    /* O_NONBLOCK: a FIFO must not block the open (on the reclaim thread,
+     * for ever); O_NOFOLLOW: a symlink fails with ELOOP */
+    int fd = shm_open(name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW, 0);
     if (fd < 0) {
         if (errno == ENOENT) return EXISTING_GONE; /* removed meanwhile: retry */
         *err = errno;
@@ -108,8 +123,32 @@ static enum existing handle_existing(const char *name, int *err) {
                      err_text(errno));
         return EXISTING_ERROR;
     }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        *err = errno;
+        close(fd);
+        lull_message("counter page %s exists and cannot be examined (%s): not creating it", name,
+                     err_text(*err));
+        return EXISTING_ERROR;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        *err = EEXIST;
+        lull_message("counter page %s exists and is %s, not a regular file: leaving it alone; no "
+                     "counter page",
+                     name, file_kind(st.st_mode));
+        return EXISTING_ERROR;
+    }
+    if (st.st_uid != geteuid()) {
+        close(fd);
+        *err = EEXIST;
+        lull_message("counter page %s exists and belongs to uid %u, not to this process's uid "
+                     "%u: leaving it alone; no counter page",
+                     name, (unsigned)st.st_uid, (unsigned)geteuid());
+        return EXISTING_ERROR;
+    }
     /* A live creator writes the header right after creating the object:
-     * give it a moment before declaring a header-less object garbage. */
+     * give it a moment before judging a header-less object. */
     uint64_t hdr[5] = {0};
     for (int i = 0; i < 20; i++) {
         ssize_t r = pread(fd, hdr, sizeof hdr, 0);
@@ -119,19 +158,24 @@ static enum existing handle_existing(const char *name, int *err) {
     }
     close(fd);
 
-    if (hdr[0] == LULL_COUNTERS_MAGIC) {
-        uint64_t pid = hdr[3], start = hdr[4], now;
-        /* our own pid: the page of this process before an exec (exec keeps
-         * the pid and start time but runs no exit handler), so it is ours
-         * to replace */
-        if (pid != (uint64_t)getpid() && proc_start_time(pid, &now) == 0 && now == start) {
-            *err = EEXIST;
-            lull_message("counter page %s is in use by live process %llu", name,
-                         (unsigned long long)pid);
-            return EXISTING_LIVE;
-        }
+    if (hdr[0] != LULL_COUNTERS_MAGIC) {
+        *err = EEXIST;
+        lull_message("counter page %s exists and is not a lull counter page (no lull header): "
+                     "leaving it alone; no counter page",
+                     name);
+        return EXISTING_ERROR;
     }
-    /* Stale (its process is gone) or not a counter page at all. */
+    uint64_t pid = hdr[3], start = hdr[4], now;
+    /* our own pid: the page of this process before an exec (exec keeps the
+     * pid and start time but runs no exit handler), so it is ours to
+     * replace */
+    if (pid != (uint64_t)getpid() && proc_start_time(pid, &now) == 0 && now == start) {
+        *err = EEXIST;
+        lull_message("counter page %s is in use by live process %llu", name,
+                     (unsigned long long)pid);
+        return EXISTING_LIVE;
+    }
+    /* Stale: a page of this user whose process is gone. */
     if (shm_unlink(name) != 0 && errno != ENOENT) {
         *err = errno;
         lull_message("cannot remove stale counter page %s: %s", name, err_text(errno));
@@ -194,15 +238,27 @@ int counter_page_open(const char *name) {
     if (fchmod(fd, 0600) == 0) {
         what = "ftruncate";
         if (ftruncate(fd, (off_t)sizeof(struct lull_counters)) == 0) {
-            what = "mmap";
-            p = mmap(NULL, sizeof(struct lull_counters), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            /* Reserve the page's blocks now: on a full tmpfs ftruncate
+             * succeeds, and the first store into the mapping would be a
+             * SIGBUS that kills the process. (posix_fallocate returns the
+             * error instead of setting errno.) */
+            what = "reserving its space (posix_fallocate)";
+            int e = posix_fallocate(fd, 0, (off_t)sizeof(struct lull_counters));
+            if (e == 0) {
+                what = "mmap";
+                p = mmap(NULL, sizeof(struct lull_counters), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                         0);
+            } else {
+                errno = e;
+            }
         }
     }
     err = errno;
     close(fd);
     if (p == MAP_FAILED) {
-        lull_message("cannot create counter page %s: %s: %s", page_name, what, err_text(err));
-        shm_unlink(page_name);
+        lull_message("cannot create counter page %s: %s: %s; running without it", page_name, what,
+                     err_text(err));
+        shm_unlink(page_name); /* created by us, above */
         return -err;
     }
 

@@ -27,16 +27,23 @@
 /* Create and map the page; the calling thread becomes its writer.
  * name: NULL or "" for "/lull.<pid>"; otherwise a
  * shm_open name (a leading '/' is added if missing; no other '/'; at most
- * 200 characters). The object is created O_EXCL with mode 0600. If the name
- * is taken by a stale page (its writer, identified by pid and start time,
- * no longer runs) the stale page is removed and creation retried; if it
- * belongs to a live process, or cannot be read, open fails.
+ * 200 characters). The object is created O_EXCL with mode 0600, and its
+ * blocks are reserved (posix_fallocate) before it is mapped, so that a full
+ * /dev/shm is an error here rather than a SIGBUS at the first store. If the
+ * name is taken by a stale page (a regular file of this process's user with
+ * lull's header, whose writer, identified by pid and start time, no longer
+ * runs) the stale page is removed and creation retried. Anything else at the
+ * name is left alone and open fails: a live process's page, an object with
+ * no lull header (another program's object, a semaphore), another user's
+ * file, a FIFO, socket or device (opened O_NONBLOCK, never blocking), a
+ * symbolic link (O_NOFOLLOW). lull never removes what it did not create.
  * The header (magic, version, size, pid, start time) is written; seq is 0
  * until the first publication.
  * Returns 0, or -errno (and one lull_message): -EEXIST name in use by a live
- * process, -EACCES (also the LULL_FAULT_SHM_OPEN fault point), -EINVAL bad
- * name, -EBUSY a page is already open, or the error of shm_open, ftruncate
- * or mmap. */
+ * process or by something lull did not create, -EACCES (also the
+ * LULL_FAULT_SHM_OPEN fault point), -EINVAL bad name, -EBUSY a page is
+ * already open, -ENOSPC no room in /dev/shm, or the error of shm_open,
+ * ftruncate, posix_fallocate or mmap. */
 int counter_page_open(const char *name);
 
 /* Publish *c: seq becomes odd, the published part of the page (from

@@ -166,7 +166,13 @@ LULL_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
 }
 
 LULL_EXPORT void *memalign(size_t alignment, size_t size) {
-    /* glibc's memalign accepts any alignment and rounds it up */
+    /* glibc's memalign accepts any alignment and rounds it up; above 2^63
+     * there is no power of two to round to (and the loop would wrap to 0):
+     * EINVAL, as glibc's */
+    if (alignment > SIZE_MAX / 2 + 1) {
+        errno = EINVAL;
+        return NULL;
+    }
     if (!power_of_two(alignment)) {
         size_t a = 1;
         while (a < alignment)

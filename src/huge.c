@@ -130,6 +130,10 @@ void lull_huge_free(lull_huge *h, void *p) {
 }
 
 bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
+    /* first: block_offset + size (and the round-up below) would wrap for a
+     * size near SIZE_MAX and seem to fit; the caller's malloc then fails
+     * with ENOMEM and the block stays as it is */
+    if (size > LULL_MAX_ALLOC) return false;
     size_t need = (size_t)h->block_offset + size;
     size_t have = (size_t)((char *)h->map_base + h->map_len - (char *)h);
     if (need <= have) return true;
@@ -137,7 +141,7 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
      * so the request thread makes no call that the reclaim thread owns;
      * anonymous neighbours with the same flags merge into one VMA */
     size_t extra = (need - have + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
-    if (size > LULL_MAX_ALLOC || lull_fault(LULL_FAULT_MMAP)) return false;
+    if (lull_fault(LULL_FAULT_MMAP)) return false;
     char *end = (char *)h->map_base + h->map_len;
     void *p = mmap(end, extra, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);

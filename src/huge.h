@@ -25,7 +25,8 @@ extern lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
 void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node);
 void lull_huge_free(lull_huge *h, void *p);
 /* realloc of a huge block to `size`: extend its mapping in place when the
- * address space after it is free. False: the caller must copy. */
+ * address space after it is free. False: the caller must copy (and for a
+ * size over LULL_MAX_ALLOC, whose malloc fails, keeps the block as it is). */
 bool lull_huge_grow_in_place(lull_huge *h, size_t size);
 /* Hand a freed huge block to whoever gives it back to the kernel (the
  * reclaim thread's cache or queue; set by reclaim/). */

@@ -11,18 +11,26 @@
 #include "src/config.h"
 #include "src/counter_page.h"
 #include "src/fault.h"
+#include "lull.h"
+#include "tests/support/reexec.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -569,19 +577,165 @@ Test(counter_page, stale_page_with_reused_pid_is_replaced) {
     counter_page_close();
 }
 
-/* An object of the name with no header (not a counter page, or a creator
- * that died before writing it) is replaced too. */
-Test(counter_page, headerless_object_is_replaced) {
+/* ------------------------------------- what lull did not create */
+
+/* counter_page_open(name) in a forked child, so that an open that blocks
+ * cannot hang the test: its return value, and its stderr. With
+ * fifo_at_own_name the child first makes a FIFO at its own default name
+ * /dev/shm/lull.<its pid> (the name is predictable: anyone can). The child
+ * gets 10 s, far more than an open takes: one still in open() then is blocked
+ * for good. */
+struct open_result {
+    pid_t pid;
+    bool blocked;
+    int rc;
+    char err[2048];
+};
+
+static void open_in_child(const char *name, bool fifo_at_own_name, struct open_result *r) {
+    int rcp[2], errp[2];
+    cr_assert_eq(pipe(rcp), 0);
+    cr_assert_eq(pipe(errp), 0);
+    memset(r, 0, sizeof *r);
+    r->pid = fork();
+    cr_assert(r->pid >= 0);
+    if (r->pid == 0) {
+        close(rcp[0]);
+        close(errp[0]);
+        dup2(errp[1], STDERR_FILENO);
+        counter_page_close();
+        if (fifo_at_own_name) {
+            char fifo[64];
+            snprintf(fifo, sizeof fifo, "/dev/shm/lull.%d", (int)getpid());
+            if (mkfifo(fifo, 0600) != 0) _exit(2);
+        }
+        int rc = counter_page_open(name);
+        counter_page_close();
+        if (write(rcp[1], &rc, sizeof rc) != sizeof rc) _exit(3);
+        _exit(0);
+    }
+    close(rcp[1]);
+    close(errp[1]);
+    struct pollfd pf = {rcp[0], POLLIN, 0};
+    int ready = poll(&pf, 1, 10000);
+    if (ready == 1 && read(rcp[0], &r->rc, sizeof r->rc) == (ssize_t)sizeof r->rc) {
+        int status;
+        cr_assert_eq(waitpid(r->pid, &status, 0), r->pid);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    } else {
+        r->blocked = true;
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+    }
+    ssize_t n = read(errp[0], r->err, sizeof r->err - 1);
+    r->err[n > 0 ? n : 0] = '\0';
+    close(rcp[0]);
+    close(errp[0]);
+}
+
+/* A FIFO at the page's (predictable) default name: the open is refused at
+ * once, with a message, and the FIFO is left alone. It used to block for
+ * ever in open(), on the reclaim thread: nothing was purged again. */
+Test(counter_page, fifo_at_the_name_is_refused_without_blocking, .timeout = 60) {
+    fresh();
+    struct open_result r;
+    open_in_child(NULL, true, &r);
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "/lull.%d", (int)r.pid);
+    bool left = page_exists(fifo);
+    char path[512];
+    unlink(shm_path(path, sizeof path, fifo));
+    cr_assert_not(r.blocked, "counter_page_open() blocked on a FIFO at /dev/shm%s", fifo);
+    cr_assert_eq(r.rc, -EEXIST, "open: %d; stderr: %s", r.rc, r.err);
+    cr_assert(left, "the FIFO was removed");
+    cr_assert(strstr(r.err, "not a regular file"), "stderr: %s", r.err);
+}
+
+/* An object of the name that lull did not create is never removed (nor
+ * replaced): a file with other contents, one with no header yet, another
+ * program's semaphore. Opening fails with -EEXIST and one message. */
+static void assert_kept(const char *name, const char *what) {
+    char path[512];
+    struct stat before, after;
+    cr_assert_eq(stat(shm_path(path, sizeof path, name), &before), 0);
+    struct open_result r;
+    open_in_child(name, false, &r);
+    cr_assert_not(r.blocked);
+    int st = stat(path, &after);
+    cr_assert_eq(st, 0, "counter_page=%s removed %s", name, what);
+    cr_assert_eq(after.st_ino, before.st_ino, "counter_page=%s replaced %s", name, what);
+    cr_assert_eq(after.st_size, before.st_size, "counter_page=%s resized %s", name, what);
+    cr_assert_eq(r.rc, -EEXIST, "%s: open %d; stderr: %s", what, r.rc, r.err);
+    cr_assert(strstr(r.err, "not a lull counter page"), "%s: stderr: %s", what, r.err);
+    int lines = 0;
+    for (const char *c = r.err; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 1, "%s: stderr: %s", what, r.err);
+}
+
+Test(counter_page, an_object_lull_did_not_create_is_never_removed) {
     fresh();
     char name[64], path[512];
-    snprintf(name, sizeof name, "/lulltest-garbage-%d", (int)getpid());
+    snprintf(name, sizeof name, "/lulltest-foreign-%d", (int)getpid());
     int fd = open(shm_path(path, sizeof path, name), O_CREAT | O_EXCL | O_RDWR, 0600);
     cr_assert(fd >= 0);
-    cr_assert_eq(ftruncate(fd, 100), 0);
+    static const char data[] = "another program's shared memory, not a counter page";
+    cr_assert_eq(write(fd, data, sizeof data), (ssize_t)sizeof data);
+    assert_kept(name, "a file with other contents");
+    char back[sizeof data];
+    cr_assert_eq(pread(fd, back, sizeof back, 0), (ssize_t)sizeof back);
+    cr_assert(memcmp(back, data, sizeof data) == 0, "its contents changed");
+    /* no header yet, at a counter page's size (a program between its
+     * ftruncate and its first store) */
+    cr_assert_eq(ftruncate(fd, 0), 0);
+    cr_assert_eq(ftruncate(fd, (off_t)sizeof(struct lull_counters)), 0);
+    assert_kept(name, "a zero-filled object");
     close(fd);
-    cr_assert_eq(counter_page_open(name), 0);
-    counter_page_close();
-    cr_assert(!page_exists(name));
+    unlink(path);
+
+    /* a POSIX semaphore lives in /dev/shm as sem.NAME */
+    char sem[64], sem_page[80];
+    snprintf(sem, sizeof sem, "/lulltest-sem-%d", (int)getpid());
+    snprintf(sem_page, sizeof sem_page, "sem.%s", sem + 1);
+    sem_t *s = sem_open(sem, O_CREAT | O_EXCL, 0600, 3);
+    cr_assert_neq(s, SEM_FAILED, "sem_open: %s", strerror(errno));
+    assert_kept(sem_page, "a semaphore");
+    sem_t *again = sem_open(sem, 0);
+    cr_assert_neq(again, SEM_FAILED, "the semaphore is gone");
+    int v = -1;
+    cr_assert_eq(sem_getvalue(again, &v), 0);
+    cr_assert_eq(v, 3);
+    sem_close(again);
+    sem_close(s);
+    sem_unlink(sem);
+}
+
+/* A stale counter page (its writer is gone) is replaced only when it belongs
+ * to this process's user: root's lull leaves another user's page alone. */
+Test(counter_page, another_users_stale_page_is_not_removed) {
+    if (geteuid() != 0) cr_skip_test("needs root, to make a file of another user");
+    fresh();
+    char name[64], path[512];
+    snprintf(name, sizeof name, "/lulltest-otheruser-%d", (int)getpid());
+    int fd = open(shm_path(path, sizeof path, name), O_CREAT | O_EXCL | O_RDWR, 0600);
+    cr_assert(fd >= 0);
+    static struct lull_counters fake;
+    fake.magic = LULL_COUNTERS_MAGIC;
+    fake.abi_version = 1;
+    fake.size = sizeof fake;
+    fake.pid = (uint64_t)getpid();
+    fake.start_time = self_start_time(getpid()) + 12345; /* stale: another incarnation */
+    cr_assert_eq(pwrite(fd, &fake, sizeof fake, 0), (ssize_t)sizeof fake);
+    cr_assert_eq(fchown(fd, 65534, 65534), 0);
+    close(fd);
+    struct open_result r;
+    open_in_child(name, false, &r);
+    bool left = page_exists(name);
+    unlink(path);
+    cr_assert_not(r.blocked);
+    cr_assert(left, "another user's page was removed");
+    cr_assert_eq(r.rc, -EEXIST, "open %d; stderr: %s", r.rc, r.err);
+    cr_assert(strstr(r.err, "uid 65534"), "stderr: %s", r.err);
 }
 
 /* A live process's page is never taken over, and a fork child that did not
@@ -650,4 +804,126 @@ Test(counter_page, fork_child_gets_its_own_page) {
     cr_assert_eq(counter_page_mapping()->seq, parent_seq);
     cr_assert_eq(counter_page_mapping()->malloc_count, 1);
     counter_page_close();
+}
+
+/* ------------------------------------------------- a full /dev/shm */
+
+/* A full /dev/shm (a container's 64 MB one, filled by another program):
+ * ftruncate succeeds there, and the first store into the page used to kill
+ * the process with SIGBUS, about a second after it started. Now the page's
+ * blocks are reserved before it is mapped: the process runs on without a
+ * page, and lull says so once.
+ *
+ * The scenario runs in a new process (tests/support/reexec.h), in two
+ * stages. Stage 1 makes a mount namespace of its own with a 64 KiB tmpfs
+ * over /dev/shm, fills it, and executes this program again without
+ * LULL_COUNTER_PAGE=off. Stage 2 is a lull process like any other: its
+ * reclaim thread opens the page a second after it starts. Stage 2 watches
+ * its own stderr for lull's message about the page (up to 20 s: a broken
+ * run dies of SIGBUS long before), lets the reclaim thread tick a few more
+ * times, and prints what it saw. */
+
+static uint64_t mono_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+extern char **environ;
+
+static void full_shm_stage1(void) {
+    if (unshare(CLONE_NEWNS) != 0) {
+        dprintf(1, "skip=unshare(CLONE_NEWNS): %s\n", strerror(errno));
+        _exit(0);
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("lulltest", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=1777") != 0) {
+        dprintf(1, "skip=mounting a tmpfs over /dev/shm: %s\n", strerror(errno));
+        _exit(0);
+    }
+    int fd = open("/dev/shm/filler", O_CREAT | O_EXCL | O_WRONLY, 0600);
+    if (fd < 0) _exit(10);
+    static char block[4096];
+    memset(block, 0x5a, sizeof block);
+    while (write(fd, block, sizeof block) > 0) {
+    }
+    if (errno != ENOSPC) _exit(11);
+    close(fd);
+    struct statvfs sv;
+    if (statvfs("/dev/shm", &sv) != 0 || sv.f_bavail != 0) _exit(12);
+    static char *envp[512];
+    size_t n = 0;
+    for (char **e = environ; *e && n < 510; e++)
+        if (strncmp(*e, "LULL_COUNTER_PAGE=", 18) != 0 &&
+            strncmp(*e, "LULL_TEST_FULL_SHM=", 19) != 0)
+            envp[n++] = *e;
+    envp[n++] = "LULL_TEST_FULL_SHM=2";
+    envp[n] = NULL;
+    char *const argv[] = {"full_shm_stage2", NULL};
+    execve("/proc/self/exe", argv, envp);
+    _exit(13);
+}
+
+static int count_lines_with(const char *s, const char *what) {
+    int n = 0;
+    for (const char *l = s; *l;) {
+        const char *eol = strchr(l, '\n');
+        size_t len = eol ? (size_t)(eol - l) : strlen(l);
+        const char *hit = strstr(l, what);
+        if (hit && hit < l + len) n++;
+        l += len + (eol != NULL);
+    }
+    return n;
+}
+
+static void full_shm_stage2(void) {
+    int saved = dup(STDERR_FILENO), m = memfd_create("stderr", 0);
+    if (saved < 0 || m < 0 || dup2(m, STDERR_FILENO) < 0) _exit(20);
+    static char err[4096];
+    ssize_t n = 0;
+    for (uint64_t until = mono_ms() + 20000; mono_ms() < until;) {
+        void *p = lull_malloc(1000); /* the program goes on working */
+        lull_free(p);
+        if (!lull_reclaim_now()) _exit(21);
+        n = pread(m, err, sizeof err - 1, 0);
+        err[n > 0 ? n : 0] = '\0';
+        if (strstr(err, "counter page")) break;
+        struct timespec t = {0, 10000000};
+        nanosleep(&t, NULL);
+    }
+    for (int i = 0; i < 5; i++)
+        lull_reclaim_now();
+    n = pread(m, err, sizeof err - 1, 0);
+    err[n > 0 ? n : 0] = '\0';
+    if (n > 0 && write(saved, err, (size_t)n) != n) _exit(22);
+    int left = 0; /* objects in /dev/shm besides the filler */
+    DIR *d = opendir("/dev/shm");
+    if (!d) _exit(23);
+    for (struct dirent *de; (de = readdir(d));)
+        left += de->d_name[0] != '.' && strcmp(de->d_name, "filler") != 0;
+    closedir(d);
+    dprintf(1, "messages=%d\npage_open=%d\nleft=%d\n", count_lines_with(err, "counter page"),
+            counter_page_name() != NULL, left);
+    _exit(0);
+}
+
+__attribute__((constructor(200))) static void full_shm_scenario(void) {
+    const char *stage = getenv("LULL_TEST_FULL_SHM");
+    if (!stage) return;
+    if (strcmp(stage, "1") == 0) full_shm_stage1();
+    full_shm_stage2();
+}
+
+Test(counter_page, a_full_dev_shm_turns_the_page_off_and_says_so_once, .timeout = 120) {
+    child_run cr;
+    const char *vars[] = {"LULL_TEST_FULL_SHM=1", NULL};
+    reexec_run("full_shm_stage1", vars, "full /dev/shm", 60000, &cr);
+    const char *skip = strstr(cr.out, "skip=");
+    if (skip) cr_skip_test("%s", skip + 5);
+    reexec_assert_exited_0(&cr, "full /dev/shm");
+    cr_assert_eq(reexec_field(&cr, "messages"), 1, "one message about the page expected: %s",
+                 cr.err);
+    cr_assert(strstr(cr.err, "No space left on device"), "the message gives no reason: %s", cr.err);
+    cr_assert_eq(reexec_field(&cr, "page_open"), 0);
+    cr_assert_eq(reexec_field(&cr, "left"), 0, "the failed page was left in /dev/shm");
 }

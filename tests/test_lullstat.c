@@ -720,3 +720,152 @@ Test(lullstat, named_page) {
     assert_contains(r->out, "123456789");
     counter_page_close();
 }
+
+/* ------------------------------------------------- hostile pages */
+
+/* Wait up to 10 s for a started lullstat to exit (far more than it takes:
+ * one still running then is blocked for good); false if it did not, and it
+ * is killed. */
+static bool finish_within_10s(struct proc *p, struct run *r) {
+    for (int i = 0; i < 1000; i++) {
+        int status;
+        pid_t w = waitpid(p->pid, &status, WNOHANG);
+        cr_assert_neq(w, -1);
+        if (w == p->pid) {
+            r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            ssize_t n = pread(p->out_fd, r->out, sizeof r->out - 1, 0);
+            r->out[n > 0 ? n : 0] = '\0';
+            n = pread(p->err_fd, r->err, sizeof r->err - 1, 0);
+            r->err[n > 0 ? n : 0] = '\0';
+            close(p->out_fd);
+            close(p->err_fd);
+            return true;
+        }
+        sleep_ms(10);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    close(p->out_fd);
+    close(p->err_fd);
+    return false;
+}
+
+/* A page truncated while lullstat -i reads it (by its writer's replacement,
+ * or anyone who can write it): a clear error, not a SIGBUS. */
+Test(lullstat, page_truncated_while_reading_is_an_error) {
+    fresh();
+    pid_t s = start_sleeper();
+    char name[64], path[128], pid[16];
+    snprintf(name, sizeof name, "lull.%d", (int)s);
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    craft_page(name, LULL_COUNTERS_MAGIC, 1, (uint64_t)s, start_time_of(s), 2);
+    struct proc lp = start_lullstat(false, (const char *const[]){"-i", "20", pidstr(pid, s), NULL});
+    wait_lines(&lp, 3); /* it has the page mapped and reads it */
+    int fd = open(path, O_RDWR);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, 0), 0);
+    close(fd);
+    static struct run r;
+    bool done = finish_within_10s(&lp, &r);
+    kill_wait(s);
+    unlink(path);
+    cr_assert(done, "lullstat -i went on running on a truncated page");
+    cr_assert_eq(r.status, 1, "status %d (135: SIGBUS); stderr: %s", r.status, r.err);
+    assert_contains(r.err, "truncated");
+}
+
+/* A FIFO where a page is looked for (the default name is predictable):
+ * not a counter page, at once; opening it used to block for ever. */
+Test(lullstat, fifo_is_not_a_page_and_does_not_block) {
+    fresh();
+    char name[64], path[128];
+    snprintf(name, sizeof name, "lulltest-fifo-%d", (int)getpid());
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    unlink(path);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    static struct run r;
+    struct proc lp = start_lullstat(false, (const char *const[]){"--name", name, NULL});
+    bool done = finish_within_10s(&lp, &r);
+    unlink(path);
+    cr_assert(done, "lullstat --name blocked on a FIFO");
+    cr_assert_eq(r.status, LS_VERSION, "status %d: %s", r.status, r.err);
+    assert_contains(r.err, "not a lull counter page");
+    assert_contains(r.err, "FIFO");
+
+    /* the same at a live process's default name */
+    pid_t s = start_sleeper();
+    char pid[16];
+    snprintf(path, sizeof path, "/dev/shm/lull.%d", (int)s);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    lp = start_lullstat(false, (const char *const[]){pidstr(pid, s), NULL});
+    done = finish_within_10s(&lp, &r);
+    kill_wait(s);
+    unlink(path);
+    cr_assert(done, "lullstat PID blocked on a FIFO");
+    cr_assert_eq(r.status, LS_VERSION, "status %d: %s", r.status, r.err);
+}
+
+static bool has_control_bytes(const char *s) {
+    for (; *s; s++)
+        if (((unsigned char)*s < 0x20 && *s != '\n') || (unsigned char)*s == 0x7f) return true;
+    return false;
+}
+
+/* Text that other users control - a page's config string, a process's
+ * name, a file name in /dev/shm - is printed with its control characters
+ * escaped (\xNN), never raw to the terminal. */
+Test(lullstat, control_characters_are_escaped) {
+    fresh();
+    static const char evil[] = "\x1b]0;owned\x07\x1b[2J\r\x7f";
+    /* a live writer whose name has an escape sequence */
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t s = fork();
+    cr_assert(s >= 0);
+    if (s == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        prctl(PR_SET_NAME, "ev\x1b[31mil", 0, 0, 0);
+        if (write(ready[1], "r", 1) != 1) _exit(1);
+        for (;;)
+            pause();
+    }
+    char go;
+    cr_assert_eq(read(ready[0], &go, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    char name[64], path[128], pid[16];
+    snprintf(name, sizeof name, "lull.%d", (int)s);
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    craft_page(name, LULL_COUNTERS_MAGIC, 1, (uint64_t)s, start_time_of(s), 2);
+    int fd = open(path, O_RDWR);
+    cr_assert(fd >= 0);
+    char config[LULL_COUNTERS_CONFIG_LEN] = {0};
+    snprintf(config, sizeof config, "purge_delay_ms=auto%s,numa=local", evil);
+    cr_assert_eq(pwrite(fd, config, sizeof config, offsetof(struct lull_counters, config)),
+                 (ssize_t)sizeof config);
+    close(fd);
+    /* and a page whose file name has one */
+    char odd[64], odd_path[128];
+    snprintf(odd, sizeof odd, "lull.test\x1b[2J-%d", (int)getpid());
+    snprintf(odd_path, sizeof odd_path, "/dev/shm/%s", odd);
+    craft_page(odd, LULL_COUNTERS_MAGIC, 1, (uint64_t)s, start_time_of(s), 2);
+
+    struct run *r = LULLSTAT(pidstr(pid, s));
+    int status = r->status;
+    static char out[sizeof r->out];
+    memcpy(out, r->out, sizeof out);
+    struct run *l = LULLSTAT("--list");
+    kill_wait(s);
+    unlink(path);
+    unlink(odd_path);
+    cr_assert_eq(status, LS_OK);
+    cr_assert_not(has_control_bytes(out), "control characters printed raw:\n%s", out);
+    assert_contains(out, "purge_delay_ms=auto\\x1b]0;owned\\x07\\x1b[2J\\x0d\\x7f,numa=local");
+    assert_contains(out, "(ev\\x1b[31mil)");
+    cr_assert_eq(l->status, LS_OK);
+    cr_assert_not(has_control_bytes(l->out), "control characters printed raw:\n%s", l->out);
+    char want[80];
+    snprintf(want, sizeof want, "/lull.test\\x1b[2J-%d", (int)getpid());
+    assert_contains(l->out, want);
+    assert_contains(l->out, "ev\\x1b[31mil");
+}

@@ -283,6 +283,48 @@ Test(malloc_api, reallocarray_checks_overflow, .init = init) {
     lull_free(b);
 }
 
+/* realloc of a huge block to a size no block can have: NULL with ENOMEM,
+ * and the block is untouched and still the caller's (growing in place used
+ * to add the header's offset to the size before checking it, which wrapped
+ * and "fitted"). */
+static void huge_realloc_to_impossible_sizes(size_t alignment) {
+    static const size_t sizes[] = {SIZE_MAX,
+                                   SIZE_MAX - 4096,
+                                   SIZE_MAX - 100,
+                                   SIZE_MAX - (64 * KiB) + 1,
+                                   (SIZE_MAX >> 1) + 1,
+                                   ((size_t)1 << 46) + 1};
+    const size_t len = 20 * MiB;
+    void *p = alignment ? lull_aligned_alloc(alignment, len) : lull_malloc(len);
+    cr_assert_not_null(p);
+    fill(p, len, 7);
+    size_t usable = lull_usable_size(p);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        errno = 0;
+        void *q = lull_realloc(p, sizes[k]);
+        cr_assert_null(q, "alignment %zu: realloc(%p, %#zx) = %p", alignment, p, sizes[k], q);
+        cr_assert_eq(errno, ENOMEM, "alignment %zu: realloc(%#zx): errno %d", alignment, sizes[k],
+                     errno);
+        cr_assert_eq(lull_usable_size(p), usable, "realloc(%#zx) changed the block's size",
+                     sizes[k]);
+        errno = 0;
+        q = lull_reallocarray(p, 1, sizes[k]);
+        cr_assert_null(q, "reallocarray(%p, 1, %#zx) = %p", p, sizes[k], q);
+        cr_assert_eq(errno, ENOMEM);
+    }
+    cr_assert(check_moved(p, p, len, len, 7), "a failed realloc changed the block's contents");
+    /* the block still grows and shrinks normally, and frees */
+    void *r = lull_realloc(p, len + MiB);
+    cr_assert_not_null(r);
+    cr_assert(check_moved(r, p, len, len, 7));
+    lull_free_sized(r, len + MiB);
+}
+
+Test(malloc_api, realloc_of_a_huge_block_to_an_impossible_size_is_enomem, .init = init) {
+    huge_realloc_to_impossible_sizes(0);
+    huge_realloc_to_impossible_sizes(32 * MiB); /* the header a segment before the block */
+}
+
 /* ---- alignment ---------------------------------------------------------- */
 
 static void aligned_case(size_t align, size_t size, bool posix) {
@@ -370,6 +412,60 @@ Test(malloc_api, bad_alignments_are_einval, .init = init) {
         cr_assert_not_null(p);
         lull_free(p);
     }
+}
+
+#ifdef LULL_OVERRIDE
+#include <malloc.h> /* memalign: lull's only when it replaces the malloc family */
+#endif
+
+/* Alignments no allocation can have fail at once, with each function's
+ * errno: memalign rounds an alignment that is not a power of two up (as
+ * glibc's does), and one above 2^63 has no power of two to round to: EINVAL
+ * (glibc: the same). aligned_alloc and posix_memalign take powers of two
+ * only: EINVAL for the others, ENOMEM for a power of two too large to serve.
+ * (The round-up used to wrap to 0 and loop for ever: the timeout ends such a
+ * run.) */
+Test(malloc_api, alignments_above_2_63_fail_at_once, .init = init, .timeout = 30) {
+    const size_t top = (SIZE_MAX >> 1) + 1; /* 2^63 */
+    static const struct {
+        size_t alignment;
+        int aligned_alloc_errno, memalign_errno;
+    } cases[] = {
+        {SIZE_MAX, EINVAL, EINVAL},
+        {((SIZE_MAX >> 1) + 1) | 1, EINVAL, EINVAL},
+        {SIZE_MAX - 4096, EINVAL, EINVAL},
+        {(SIZE_MAX >> 1) + 1, ENOMEM, ENOMEM},
+        {((SIZE_MAX >> 1) + 1) / 2 + 1, EINVAL, ENOMEM}, /* memalign: rounded up to 2^63 */
+        {((SIZE_MAX >> 1) + 1) / 2, ENOMEM, ENOMEM},
+        {(size_t)1 << 47, ENOMEM, ENOMEM},
+    };
+    cr_assert_eq(cases[3].alignment, top);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t a = cases[k].alignment;
+        errno = 0;
+        void *p = lull_aligned_alloc(a, 64);
+        cr_assert_null(p, "aligned_alloc(%#zx, 64) = %p", a, p);
+        cr_assert_eq(errno, cases[k].aligned_alloc_errno, "aligned_alloc(%#zx): errno %d", a,
+                     errno);
+        void *q = (void *)1;
+        int rc = lull_posix_memalign(&q, a, 64);
+        cr_assert_eq(rc, cases[k].aligned_alloc_errno, "posix_memalign(%#zx) = %d", a, rc);
+        cr_assert_eq(q, (void *)1, "posix_memalign(%#zx) wrote *out on failure", a);
+#ifdef LULL_OVERRIDE
+        errno = 0;
+        p = memalign(a, 64);
+        cr_assert_null(p, "memalign(%#zx, 64) = %p", a, p);
+        cr_assert_eq(errno, cases[k].memalign_errno, "memalign(%#zx): errno %d", a, errno);
+#endif
+    }
+#ifdef LULL_OVERRIDE
+    /* the memalign tried above is lull's, and still rounds up */
+    void *m = memalign(3000, 100);
+    cr_assert_not_null(m);
+    cr_assert(lull_owns(m));
+    cr_assert_eq((uintptr_t)m % 4096, 0);
+    free(m);
+#endif
 }
 
 /* ---- usable size, sized free, ownership, version ------------------------ */

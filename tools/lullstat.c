@@ -10,6 +10,12 @@
  *   lullstat --name NAME         a page by its shm name instead of a pid
  *   lullstat --list              lull pages on this machine, alive or stale
  *   lullstat --clean [PID|NAME]  remove stale pages (of dead processes)
+ *
+ * Pages, process names and file names in /dev/shm come from other users'
+ * programs: a FIFO or other non-file at a page's name is "not a counter
+ * page" (opened O_NONBLOCK, it never blocks), a page truncated while it is
+ * read is an error (not a SIGBUS), and text from a page or a process is
+ * printed with its control characters escaped (\xNN).
  */
 #define _GNU_SOURCE
 #include <lull/counters.h>
@@ -21,6 +27,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pwd.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -95,23 +102,79 @@ static bool writer_alive(uint64_t pid, uint64_t start_time) {
     return start_time == 0 || now == start_time; /* 0: the writer could not read its own */
 }
 
+/* s for a terminal, into buf: printable ASCII as it is, a backslash as
+ * \\, every other byte (control characters, DEL, bytes of other encodings)
+ * as \xNN. Page names, process names and a page's config string come from
+ * other users' programs: printed raw, an escape sequence in them would drive
+ * the reader's terminal. A buffer of 4 x strlen(s) + 1 bytes holds it all. */
+static const char *escape(char *buf, size_t len, const char *s) {
+    size_t n = 0;
+    for (; *s && n + 5 <= len; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\\') {
+            buf[n++] = '\\';
+            buf[n++] = '\\';
+        } else if (ch >= 0x20 && ch < 0x7f) {
+            buf[n++] = (char)ch;
+        } else {
+            n += (size_t)snprintf(buf + n, len - n, "\\x%02x", ch);
+        }
+    }
+    buf[n < len ? n : len - 1] = '\0';
+    return buf;
+}
+
+#define ESCAPED_LEN(raw) (4 * (raw) + 1)
+
+/* The process's name (/proc/PID/comm, which it sets itself), escaped. */
 static void proc_comm(uint64_t pid, char *buf, size_t len) {
-    char path[64];
+    char path[64], raw[64] = "-";
     snprintf(path, sizeof path, "/proc/%" PRIu64 "/comm", pid);
-    snprintf(buf, len, "-");
     FILE *f = fopen(path, "re");
-    if (!f) return;
-    if (fgets(buf, (int)len, f)) buf[strcspn(buf, "\n")] = '\0';
-    fclose(f);
+    if (f) {
+        if (fgets(raw, (int)sizeof raw, f)) raw[strcspn(raw, "\n")] = '\0';
+        fclose(f);
+    }
+    escape(buf, len, raw);
 }
 
 /* ---------------------------------------------------------------- pages */
 
 struct page {
-    char name[256]; /* shm name, "/lull.1234" */
+    char name[256];               /* shm name, "/lull.1234" */
+    char shown[ESCAPED_LEN(256)]; /* the name as printed (escaped) */
     const volatile struct lull_counters *map;
     size_t len;
+    uint64_t pid, start_time; /* the header's, read when the page was opened */
 };
+
+/* A page is a file anyone with write access can truncate while it is
+ * mapped here (its writer's successor, another tool, an attacker of the
+ * same user): a read of the mapping past the new end raises SIGBUS. Every
+ * read of a mapping runs with bus_armed set, after a sigsetjmp(bus_env): a
+ * SIGBUS there returns from that sigsetjmp a second time, with 1. */
+static sigjmp_buf bus_env;
+static volatile sig_atomic_t bus_armed;
+
+static void on_sigbus(int sig) {
+    if (bus_armed) siglongjmp(bus_env, 1);
+    signal(sig, SIG_DFL); /* not a page read: the default, a crash */
+    raise(sig);
+}
+
+static void bus_handler_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigbus;
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+static int page_truncated(const struct page *pg) {
+    err("%s was truncated while lullstat read it: it is no longer a whole counter page (someone "
+        "who can write it shrank it)",
+        pg->shown);
+    return EX_FAIL;
+}
 
 static void page_unmap(struct page *pg) {
     if (pg->map) munmap((void *)pg->map, pg->len);
@@ -121,49 +184,70 @@ static void page_unmap(struct page *pg) {
 static int header_ok(const struct page *pg, uint64_t magic, uint64_t version, uint64_t size,
                      size_t file_size) {
     if (magic != LULL_COUNTERS_MAGIC) {
-        err("%s is not a lull counter page (bad magic 0x%016" PRIx64 ")", pg->name, magic);
+        err("%s is not a lull counter page (bad magic 0x%016" PRIx64 ")", pg->shown, magic);
         return EX_VERSION;
     }
     if (version != LULL_COUNTERS_ABI_VERSION) {
-        err("%s has counter page ABI version %" PRIu64 "; this lullstat knows version %d", pg->name,
-            version, LULL_COUNTERS_ABI_VERSION);
+        err("%s has counter page ABI version %" PRIu64 "; this lullstat knows version %d",
+            pg->shown, version, LULL_COUNTERS_ABI_VERSION);
         return EX_VERSION;
     }
     if (size < sizeof(struct lull_counters) || file_size < sizeof(struct lull_counters)) {
         err("%s (ABI version %" PRIu64 ") is %" PRIu64 " bytes (file %zu); this lullstat needs %zu",
-            pg->name, version, size, file_size, sizeof(struct lull_counters));
+            pg->shown, version, size, file_size, sizeof(struct lull_counters));
         return EX_VERSION;
     }
     return EX_OK;
+}
+
+static const char *file_kind(mode_t mode) {
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+    if (S_ISDIR(mode)) return "a directory";
+    return "not a regular file";
 }
 
 /* Map the page `name` read-only and check its header. */
 static int page_open(struct page *pg, const char *name) {
     memset(pg, 0, sizeof *pg);
     snprintf(pg->name, sizeof pg->name, "%s%s", name[0] == '/' ? "" : "/", name);
-    int fd = shm_open(pg->name, O_RDONLY, 0);
+    escape(pg->shown, sizeof pg->shown, pg->name);
+    /* O_NONBLOCK: a FIFO at the name (anyone can make one at the
+     * predictable lull.PID) must not block the open; O_NOFOLLOW: nor may a
+     * symbolic link lead elsewhere */
+    int fd = shm_open(pg->name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW, 0);
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT) return EX_NOPAGE;
         if (e == EACCES || e == EPERM) {
             err("%s: permission denied (the page is readable by its owner only: run lullstat as "
                 "the same user as the process, or as root)",
-                pg->name);
+                pg->shown);
             return EX_PERM;
         }
-        err("%s: %s", pg->name, strerror(e));
+        if (e == ELOOP) {
+            err("%s is not a lull counter page (a symbolic link)", pg->shown);
+            return EX_VERSION;
+        }
+        err("%s: %s", pg->shown, strerror(e));
         return EX_FAIL;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        err("%s: %s", pg->name, strerror(errno));
+        err("%s: %s", pg->shown, strerror(errno));
         close(fd);
         return EX_FAIL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        err("%s is not a lull counter page (%s)", pg->shown, file_kind(st.st_mode));
+        return EX_VERSION;
     }
     size_t fsize = (size_t)st.st_size;
     if (fsize < offsetof(struct lull_counters, seq) + 8) {
         close(fd);
-        err("%s is not a lull counter page (%zu bytes)", pg->name, fsize);
+        err("%s is not a lull counter page (%zu bytes)", pg->shown, fsize);
         return EX_VERSION;
     }
     pg->len = fsize < sizeof(struct lull_counters) ? fsize : sizeof(struct lull_counters);
@@ -171,10 +255,16 @@ static int page_open(struct page *pg, const char *name) {
     int e = errno;
     close(fd);
     if (m == MAP_FAILED) {
-        err("%s: mmap: %s", pg->name, strerror(e));
+        err("%s: mmap: %s", pg->shown, strerror(e));
         return EX_FAIL;
     }
     pg->map = m;
+    if (sigsetjmp(bus_env, 1)) {
+        bus_armed = 0;
+        page_unmap(pg);
+        return page_truncated(pg);
+    }
+    bus_armed = 1;
     /* magic is stored last when the page is created: give a writer that is
      * just starting a moment. */
     uint64_t magic = 0;
@@ -184,24 +274,36 @@ static int page_open(struct page *pg, const char *name) {
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
-    int rc = header_ok(pg, magic, pg->map->abi_version, pg->map->size, fsize);
+    uint64_t version = pg->map->abi_version, size = pg->map->size;
+    pg->pid = pg->map->pid;
+    pg->start_time = pg->map->start_time;
+    bus_armed = 0;
+    int rc = header_ok(pg, magic, version, size, fsize);
     if (rc != EX_OK) page_unmap(pg);
     return rc;
 }
 
 /* A consistent copy; retries for about a second. */
 static int page_snapshot(const struct page *pg, struct lull_counters *out) {
+    if (sigsetjmp(bus_env, 1)) {
+        bus_armed = 0;
+        return page_truncated(pg);
+    }
+    bus_armed = 1;
     for (int i = 0; i < 1000; i++) {
         if (lull_counters_snapshot(pg->map, out) == 0) {
+            bus_armed = 0;
             out->config[sizeof out->config - 1] = '\0';
             return EX_OK;
         }
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
+    uint64_t seq = pg->map->seq;
+    bus_armed = 0;
     err("%s: no consistent snapshot after 1 s of retries (seq stays odd at %" PRIu64
         "): the writer is stuck or died while publishing",
-        pg->name, pg->map->seq);
+        pg->shown, seq);
     return EX_TORN;
 }
 
@@ -326,13 +428,13 @@ static uint64_t term(const struct lull_counters_accounting *a, size_t i) {
 }
 
 static void print_text(const struct page *pg, const struct lull_counters *c, bool stale) {
-    char comm[64], h[32], lbl[24];
+    char comm[ESCAPED_LEN(64)], h[32], lbl[24];
     bool alive = writer_alive(c->pid, c->start_time);
     if (alive)
         proc_comm(c->pid, comm, sizeof comm);
     else
         snprintf(comm, sizeof comm, "%s", "exited");
-    printf("lull counter page %s  pid %" PRIu64 " (%s)  abi %" PRIu64 "%s\n", pg->name, c->pid,
+    printf("lull counter page %s  pid %" PRIu64 " (%s)  abi %" PRIu64 "%s\n", pg->shown, c->pid,
            comm, c->abi_version, stale ? "  STALE" : "");
     if (c->seq == 0) {
         printf("nothing published yet\n");
@@ -454,7 +556,8 @@ static void print_text(const struct page *pg, const struct lull_counters *c, boo
                    c->nodes[n].refault_pages);
     }
 
-    printf("\nconfig\n  %s\n", c->config[0] ? c->config : "(empty)");
+    char config[ESCAPED_LEN(sizeof c->config)];
+    printf("\nconfig\n  %s\n", c->config[0] ? escape(config, sizeof config, c->config) : "(empty)");
 }
 
 /* --------------------------------------------------------------- JSON */
@@ -744,7 +847,8 @@ static bool parse_u64(const char *s, uint64_t *out) {
 }
 
 struct entry {
-    char name[NAME_MAX + 2]; /* "/lull.1234" */
+    char name[NAME_MAX + 2];               /* "/lull.1234" */
+    char shown[ESCAPED_LEN(NAME_MAX + 2)]; /* as printed (escaped) */
     bool readable;
     bool counter_page; /* magic ok */
     uint64_t pid, start_time, version;
@@ -771,6 +875,7 @@ static size_t scan_pages(struct entry **out) {
             continue;
         struct entry e = {0};
         snprintf(e.name, sizeof e.name, "/%s", de->d_name);
+        escape(e.shown, sizeof e.shown, e.name);
         e.uid = st.st_uid;
         e.mtime = st.st_mtime;
         int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -829,7 +934,7 @@ static int do_list(void) {
     for (size_t i = 0; i < n; i++) {
         const struct entry *e = &es[i];
         enum state s = entry_state(e);
-        char user[32], comm[64] = "-", abi[16] = "?";
+        char user[32], comm[ESCAPED_LEN(64)] = "-", abi[16] = "?";
         struct passwd *pw = getpwuid(e->uid);
         if (pw)
             snprintf(user, sizeof user, "%s", pw->pw_name);
@@ -843,7 +948,7 @@ static int do_list(void) {
             snprintf(note, sizeof note, " (%s)", strerror(e->open_errno));
         else if (!e->counter_page)
             snprintf(note, sizeof note, " (no header)");
-        printf("%-24s %8" PRIu64 " %-7s %4s %-10s %s%s\n", e->name, e->pid, state, abi, user, comm,
+        printf("%-24s %8" PRIu64 " %-7s %4s %-10s %s%s\n", e->shown, e->pid, state, abi, user, comm,
                note);
     }
     free(es);
@@ -884,24 +989,25 @@ static int do_clean(char **sel, int nsel) {
         bool garbage = e->readable && !e->counter_page && now - e->mtime > 2;
         if (s != ST_STALE && !garbage) {
             if (nsel)
-                printf("kept %s (pid %" PRIu64 ", %s)\n", e->name, e->pid,
+                printf("kept %s (pid %" PRIu64 ", %s)\n", e->shown, e->pid,
                        s == ST_ALIVE ? "alive" : "state unknown");
             continue;
         }
         if (shm_unlink(e->name) != 0) {
             int x = errno;
             if (x == ENOENT) continue;
-            err("cannot remove %s (pid %" PRIu64 "): %s", e->name, e->pid, strerror(x));
+            err("cannot remove %s (pid %" PRIu64 "): %s", e->shown, e->pid, strerror(x));
             if (rc == EX_OK) rc = (x == EACCES || x == EPERM) ? EX_PERM : EX_FAIL;
             continue;
         }
-        printf("removed %s (pid %" PRIu64 ", %s)\n", e->name, e->pid,
+        printf("removed %s (pid %" PRIu64 ", %s)\n", e->shown, e->pid,
                garbage && s != ST_STALE ? "no header" : "process gone");
         removed++;
     }
     for (int i = 0; i < nsel; i++)
         if (!found[i]) {
-            err("no counter page %s", sel[i]);
+            char shown[ESCAPED_LEN(256)];
+            err("no counter page %s", escape(shown, sizeof shown, sel[i]));
             if (rc == EX_OK) rc = EX_NOPAGE;
         }
     if (removed == 0 && nsel == 0 && rc == EX_OK) printf("no stale counter pages\n");
@@ -927,7 +1033,8 @@ static void usage(FILE *f) {
             "  -c, --clean         remove stale pages of processes that are gone (all, or\n"
             "                      only the pages of the PIDs / NAMEs given)\n"
             "  -V, --version       print the counter page ABI version this lullstat reads\n"
-            "exit status: 0 ok, 1 error, 2 usage, 3 no such process, 4 no counter page,\n"
+            "exit status: 0 ok, 1 error (also: the page was truncated while being read),\n"
+            "  2 usage, 3 no such process, 4 no counter page,\n"
             "  5 unknown ABI version or not a counter page, 6 permission denied,\n"
             "  7 no consistent snapshot (writer stuck), 8 stale page (pid reused)\n",
             prog, prog, prog, LULL_COUNTERS_NAME_PREFIX);
@@ -938,6 +1045,7 @@ int main(int argc, char **argv) {
     uint64_t interval_ms = 0, count = 0;
     const char *name = NULL;
     bool list = false, clean = false;
+    bus_handler_install();
     static const struct option opts[] = {
         {"interval", required_argument, 0, 'i'}, {"count", required_argument, 0, 'n'},
         {"json", no_argument, 0, 'j'},           {"prom", no_argument, 0, 'p'},
@@ -1038,25 +1146,25 @@ int main(int argc, char **argv) {
                 "or a named page: see --list and --name)",
                 pid, pname);
         if (rc != EX_OK) return rc;
-        uint64_t ppid = pg.map->pid, pstart = pg.map->start_time;
+        uint64_t ppid = pg.pid, pstart = pg.start_time;
         if (ppid != pid || (pstart != 0 && pstart != start)) {
             err("%s is stale: it was written by an earlier process %" PRIu64 " (start time %" PRIu64
                 "), not the running process %" PRIu64 " (start time %" PRIu64
                 "); lullstat --clean removes it",
-                pg.name, ppid, pstart, pid, start);
+                pg.shown, ppid, pstart, pid, start);
             page_unmap(&pg);
             return EX_STALE;
         }
     } else {
         rc = page_open(&pg, name);
-        if (rc == EX_NOPAGE) err("no counter page %s", pg.name);
+        if (rc == EX_NOPAGE) err("no counter page %s", pg.shown);
         if (rc != EX_OK) return rc;
-        pid = pg.map->pid;
-        start = pg.map->start_time;
+        pid = pg.pid;
+        start = pg.start_time;
         if (!writer_alive(pid, start)) {
             stale = true;
             err("warning: %s is stale: process %" PRIu64 " is gone; showing its last figures",
-                pg.name, pid);
+                pg.shown, pid);
         }
     }
 
