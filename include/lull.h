@@ -62,7 +62,7 @@ LULL_EXPORT const char *lull_version(void);
 LULL_EXPORT bool lull_configure(const char *key, const char *value);
 /* The purge delay may change at any time: -1 never purges, 0 purges as soon
  * as the reclaim thread sees a free slice, > 0 waits that many ms, -2 is the
- * adaptive policy. */
+ * adaptive policy; below -2 means never, above a day (86,400,000) a day. */
 LULL_EXPORT void lull_set_purge_delay_ms(long ms);
 LULL_EXPORT long lull_purge_delay_ms(void);
 

@@ -11,6 +11,8 @@ LULL_EXPORT bool lull_configure(const char *key, const char *value) {
 
 LULL_EXPORT void lull_set_purge_delay_ms(long ms) {
     if (ms < LULL_PURGE_DELAY_AUTO) ms = LULL_PURGE_DELAY_NEVER;
+    /* the reclaim thread compares 32-bit millisecond times */
+    if (ms > LULL_PURGE_DELAY_MAX_MS) ms = LULL_PURGE_DELAY_MAX_MS;
     __atomic_store_n(&lull_config.purge_delay_ms, ms, __ATOMIC_RELAXED);
 }
 

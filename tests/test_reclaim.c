@@ -366,6 +366,9 @@ Test(reclaim, purge_delay_round_trips) {
     /* below -2: never */
     lull_set_purge_delay_ms(-100);
     cr_assert_eq(lull_purge_delay_ms(), -1);
+    /* above a day: a day (2^32 ms or more wrapped to "purge at once") */
+    lull_set_purge_delay_ms(1L << 32);
+    cr_assert_eq(lull_purge_delay_ms(), 86400000L);
     /* the reclaim thread sees the delay in force */
     lull_set_purge_delay_ms(4321);
     cr_assert(lull_reclaim_now());
