@@ -1,8 +1,10 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
 #include "reclaim/policy.h"
+#include "reclaim/reclaim.h"
 #include "src/bitmap.h"
 #include "src/os.h"
+#include "src/race.h"
 #include "src/segment_map.h"
 
 #include <errno.h>
@@ -158,6 +160,7 @@ static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
 }
 
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
+    lull_reclaim_start_point(); /* a fork child's deferred reclaim thread */
     pthread_mutex_lock(&a->lock);
     /* dirty memory is resident already: reuse it first; then slices given
      * back with MADV_FREE (resident until the kernel needs the memory:
@@ -220,6 +223,7 @@ void lull_arena_free_span(lull_span *span) {
                                  memory_order_release);
         i += cnt;
     }
+    lull_reclaim_note_give_back();
 }
 
 /* Reclaim side ------------------------------------------------------- */
@@ -251,6 +255,7 @@ static size_t claim_word(lull_segment *s, unsigned w, _Atomic uint64_t *from, ui
     *emitted = 0;
     uint64_t got = atomic_fetch_and_explicit(&from[w], ~want, memory_order_acq_rel) & want;
     if (!got) return 0;
+    LULL_RACE_POINT(LULL_RACE_RECLAIM_CLAIM); /* taken from `from`, not yet PURGING */
     atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
     size_t n = emit_runs(s, w, got, out, max);
     for (size_t i = 0; i < n; i++)
@@ -292,6 +297,7 @@ static void run_move(const lull_slice_run *r, _Atomic uint64_t *to, _Atomic uint
     uint64_t mask = lull_bits_mask(r->first % 64, r->count);
     if (also) atomic_fetch_or_explicit(&also[w], mask, memory_order_relaxed);
     atomic_fetch_or_explicit(&to[w], mask, memory_order_release);
+    LULL_RACE_POINT(LULL_RACE_RECLAIM_FINISH); /* in `to` and still PURGING */
     atomic_fetch_and_explicit(&s->maps.purging[w], ~mask, memory_order_release);
 }
 
@@ -332,6 +338,9 @@ void lull_arena_purge_failed(const lull_slice_run *r) {
     run_move(r, r->segment->maps.dirty, NULL);
 }
 
+/* The reclaim thread's steps hold its step lock across fork, so a slice is
+ * PURGING here only if a claim outside them (a test's direct call) left it
+ * so; it is in no other map, and dirty is where it came from. */
 void lull_arenas_after_fork_child(void) {
     for (int i = 0; i < LULL_MAX_NODES; i++) {
         pthread_mutex_init(&lull_arenas[i].lock, NULL);

@@ -75,7 +75,9 @@ size_t lull_arena_count_slices(lull_arena *a, int which);
 /* Map one more segment now, so a burst finds its slices without an mmap. */
 bool lull_arena_add_spare_segment(lull_arena *a);
 /* After fork in the child: no reclaim thread survived, so any PURGING
- * slice goes back to FREE_DIRTY. */
+ * slice goes back to FREE_DIRTY. The reclaim thread's claim..finish steps
+ * hold a lock fork's prepare handler takes (reclaim/reclaim_thread.c), so
+ * no slice it was moving is in two maps or in none at fork. */
 void lull_arenas_after_fork_child(void);
 
 static inline void *lull_slice_address(const lull_segment *s, unsigned slice) {

@@ -4,12 +4,19 @@
  * keeps freed huge mappings in a bounded cache (purged after the delay,
  * unmapped when unused for long), and publishes statistics. Request threads
  * only put freed huge mappings into its cache or queue (atomic operations)
- * and never wake it with a system call: it finds its work on its own tick. */
+ * and never wake it with a system call: it finds its work on its own tick.
+ *
+ * It blocks every signal (the program's signals are the program's threads'
+ * to take), and at fork no step of it is half done: each step that takes
+ * slices or huge mappings out of every map, queue or slot and puts them back
+ * (claim, purge, finish) runs under a lock that fork's prepare handler
+ * takes, so the child finds each slice in exactly one state. */
 #ifndef LULL_RECLAIM_H
 #define LULL_RECLAIM_H
 
 #include "src/types.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -32,6 +39,42 @@ typedef struct lull_reclaim_stats {
 } lull_reclaim_stats;
 
 void lull_reclaim_register(void);
+
+/* In a fork child the reclaim thread is not started by the atfork handler:
+ * a child that execs or exits soon stays single-threaded (it can unshare a
+ * user namespace, and fork+exec pays for no thread and no ring). It starts
+ * on first need instead: a huge block freed into its cache, lull_reclaim_now
+ * or the statistics start it at once; a span given back to an arena only
+ * marks it wanted, and the next span taken from an arena starts it. A free
+ * cannot create the thread where it gives the span back: pthread_create
+ * allocates (glibc's TLS vector), and that malloc would run on a heap half
+ * way through an update (heap.c walks its queues around span releases);
+ * where a span is about to be taken, the heap is in no such state. */
+enum {
+    LULL_RECLAIM_NOT_DEFERRED, /* the thread runs, or never will */
+    LULL_RECLAIM_DEFERRED,     /* a fork child's thread, nothing to purge yet */
+    LULL_RECLAIM_WANTED,       /* ... and a span was given back */
+    LULL_RECLAIM_STARTING,     /* a thread is creating it */
+};
+extern _Atomic int lull_reclaim_deferred;
+void lull_reclaim_deferred_slow(bool start_now);
+
+/* A span went back to its arena (any thread; one relaxed load). */
+static inline void lull_reclaim_note_give_back(void) {
+    if (__builtin_expect(atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
+                             LULL_RECLAIM_DEFERRED,
+                         0))
+        lull_reclaim_deferred_slow(false);
+}
+
+/* A span is about to be taken from an arena: the calling thread is in no
+ * half-done heap update, so the thread may be created here. */
+static inline void lull_reclaim_start_point(void) {
+    if (__builtin_expect(atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
+                             LULL_RECLAIM_WANTED,
+                         0))
+        lull_reclaim_deferred_slow(true);
+}
 /* Hand a freed huge block to the reclaim thread: its cache, or its queue
  * (called from free on any thread; no system call). */
 void lull_reclaim_huge_push(lull_huge *h);

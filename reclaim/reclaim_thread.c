@@ -7,7 +7,13 @@
  * and mark them FREE_CLEAN (or put them back as FREE_DIRTY if the kernel
  * refused). The thread sleeps between ticks on a futex that only
  * lull_reclaim_now() wakes: short sleeps while there is work, growing to
- * IDLE_TICK_MS when there is none. */
+ * IDLE_TICK_MS when there is none.
+ *
+ * Each claim..finish step holds step_lock, which fork's prepare handler
+ * takes: a fork never copies a slice taken out of `dirty` but not yet
+ * PURGING (the child would leak it) or put into `clean` but still PURGING
+ * (the child, which turns PURGING back into dirty, would hand it out
+ * twice). */
 #include "reclaim/reclaim.h"
 #include "lull.h"
 #include "numa/arena.h"
@@ -24,10 +30,13 @@
 #include "src/huge.h"
 #include "src/init.h"
 #include "src/message.h"
+#include "src/race.h"
 
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -51,6 +60,16 @@ static struct {
     purge_backend backend;    /* the reclaim thread's alone */
     lull_reclaim_stats stats; /* written by the reclaim thread, read relaxed */
 } R;
+
+/* Held across each step that moves slices or huge mappings through a
+ * state no map, slot or queue records, and by fork's prepare handler. A
+ * step is one batch (at most BATCH_RUNS runs / BATCH_BYTES), so a fork
+ * waits for one batch's purge at most; the huge mappings' and the warm
+ * reserve's work are one step each (reclaim/huge_reclaim.c and
+ * reclaim/warm_reserve.c interleave their claims and finishes). */
+static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
+
+_Atomic int lull_reclaim_deferred;
 
 /* Hooks for the modules that ride on the tick (refault monitor, counter
  * page). Each runs on the reclaim thread. */
@@ -96,6 +115,7 @@ static size_t purge_runs(const lull_slice_run *runs, size_t n, int advice) {
     purge_range ranges[BATCH_RUNS] = {{0}}; /* (gcc cannot see that n <= BATCH_RUNS) */
     int results[BATCH_RUNS];
     purge_ranges_of_runs(runs, n, ranges);
+    LULL_RACE_POINT(LULL_RACE_RECLAIM_PURGE);
     purge_backend_run(&R.backend, ranges, n, advice, results);
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
@@ -115,10 +135,12 @@ static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
     lull_slice_run runs[BATCH_RUNS];
     bool work = false;
     for (;;) {
+        pthread_mutex_lock(&step_lock);
         size_t n = lull_arena_claim_dirty(a, freed_before, runs, BATCH_RUNS, BATCH_BYTES);
+        size_t bytes = n ? purge_runs(runs, n, advice) : 0;
+        pthread_mutex_unlock(&step_lock);
         if (n == 0) break;
         work = true;
-        size_t bytes = purge_runs(runs, n, advice);
         STAT_ADD(purge_runs, n);
         STAT_ADD(purged_bytes, bytes);
         if (n < BATCH_RUNS && bytes < BATCH_BYTES) break;
@@ -130,19 +152,34 @@ static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
  * the ones that stayed free long enough are purged for good. */
 static bool tick_lazy(lull_arena *a, uint32_t now) {
     lull_slice_run runs[BATCH_RUNS];
+    pthread_mutex_lock(&step_lock);
     size_t n = lull_arena_claim_lazy(a, now - LULL_POLICY_LAZY_MAX_MS, runs, BATCH_RUNS);
     if (n) purge_runs(runs, n, MADV_DONTNEED);
+    pthread_mutex_unlock(&step_lock);
     return n > 0;
 }
 
 static bool tick_huge(uint32_t now, long delay, int advice) {
     lull_huge_reclaim_counts c = {0};
+    /* one step: a mapping evicted from its slot or taken off the queue is
+     * in neither until it is unmapped or cached again */
+    pthread_mutex_lock(&step_lock);
     bool work = lull_huge_reclaim_tick(&R.backend, now, delay, advice, &c);
+    pthread_mutex_unlock(&step_lock);
     STAT_ADD(huge_freed, c.unmapped);
     STAT_ADD(huge_freed_bytes, c.unmapped_bytes);
     STAT_ADD(purged_bytes, c.purged_bytes);
     STAT_ADD(huge_purged_bytes, c.purged_bytes);
     STAT_ADD(purge_failures, c.purge_failures);
+    return work;
+}
+
+/* The warm reserve takes clean (or warm) slices into PURGING, prefaults
+ * (or purges) them and finishes them: one step. */
+static bool warm_tick(uint32_t now) {
+    pthread_mutex_lock(&step_lock);
+    bool work = lull_warm_reserve_tick(&R.backend, now);
+    pthread_mutex_unlock(&step_lock);
     return work;
 }
 
@@ -163,7 +200,7 @@ static bool tick(void) {
             work |= tick_lazy(&lull_arenas[i], now);
         }
     }
-    if (delay != LULL_PURGE_DELAY_NEVER) work |= lull_warm_reserve_tick(&R.backend, now);
+    if (delay != LULL_PURGE_DELAY_NEVER) work |= warm_tick(now);
     lull_refault_tick(now);
     /* the remote frees into heaps of exited threads: collected here, their
      * emptied spans are purged from the next tick on */
@@ -227,27 +264,43 @@ static void *reclaim_main(void *arg) {
     return NULL;
 }
 
+static void thread_attr(pthread_attr_t *attr, bool pinned) {
+    pthread_attr_init(attr);
+    pthread_attr_setdetachstate(attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(attr, (size_t)256 << 10);
+    if (pinned)
+        pthread_attr_setaffinity_np(attr, sizeof lull_config.reclaim_cpus,
+                                    &lull_config.reclaim_cpus);
+}
+
+/* A new thread starts with its creator's signal mask: blocking every
+ * signal here around pthread_create makes the reclaim thread block them
+ * all from its first instruction (and its io-wq workers, which copy its
+ * mask), and the creator gets its own mask back. Signals are the program's:
+ * one that blocks SIGTERM in its threads and waits with sigwait or a
+ * signalfd was killed instead, and its SIGUSR1 handler ran on lull-reclaim
+ * (tests/test_signals.c). */
+static int create_thread(bool pinned) {
+    pthread_attr_t attr;
+    thread_attr(&attr, pinned);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&R.thread, &attr, reclaim_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return err;
+}
+
 static void reclaim_start(void) {
     if (lull_fault(LULL_FAULT_THREAD_CREATE)) goto failed;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, (size_t)256 << 10);
-    if (lull_config.reclaim_cpus_set)
-        pthread_attr_setaffinity_np(&attr, sizeof lull_config.reclaim_cpus,
-                                    &lull_config.reclaim_cpus);
-    int err = pthread_create(&R.thread, &attr, reclaim_main, NULL);
+    int err = create_thread(lull_config.reclaim_cpus_set);
     if (err && lull_config.reclaim_cpus_set) {
         /* a CPU set outside the allowed ones: run unpinned, and say so */
         lull_message("reclaim_cpu: cannot pin the reclaim thread (%s); running unpinned",
                      strerror(err));
-        pthread_attr_destroy(&attr);
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, (size_t)256 << 10);
-        err = pthread_create(&R.thread, &attr, reclaim_main, NULL);
+        err = create_thread(false);
     }
-    pthread_attr_destroy(&attr);
     if (err) goto failed;
     atomic_store(&R.running, true);
     return;
@@ -258,6 +311,36 @@ failed:
                  __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)
                      ? ""
                      : " (inline_purge=on purges on freeing threads)");
+}
+
+/* A fork child's thread, deferred (reclaim.h): the first caller that asks
+ * for it creates it; others go on (a second thread asking meanwhile sees no
+ * thread yet, as before the first one asked). */
+static void start_deferred(void) {
+    int s = atomic_load(&lull_reclaim_deferred);
+    while (s == LULL_RECLAIM_DEFERRED || s == LULL_RECLAIM_WANTED)
+        if (atomic_compare_exchange_weak(&lull_reclaim_deferred, &s, LULL_RECLAIM_STARTING)) {
+            reclaim_start();
+            atomic_store(&lull_reclaim_deferred, LULL_RECLAIM_NOT_DEFERRED);
+            return;
+        }
+}
+
+void lull_reclaim_deferred_slow(bool start_now) {
+    if (start_now) {
+        start_deferred();
+        return;
+    }
+    int s = LULL_RECLAIM_DEFERRED; /* only the first give-back changes it */
+    atomic_compare_exchange_strong(&lull_reclaim_deferred, &s, LULL_RECLAIM_WANTED);
+}
+
+/* The explicit requests (lull_reclaim_now, the statistics, a huge free)
+ * start a deferred thread at once: one relaxed load otherwise. */
+static void start_if_deferred(void) {
+    if (atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) !=
+        LULL_RECLAIM_NOT_DEFERRED)
+        start_deferred();
 }
 
 /* A huge malloc takes a cached mapping that fits. With no reclaim thread
@@ -287,6 +370,9 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
 /* free() of a huge block, on any thread: into the cache when the reclaim
  * thread runs (it purges and unmaps from there), else onto its queue. */
 void lull_reclaim_huge_push(lull_huge *h) {
+    /* free() is done with its own state when it gets here: a fork child's
+     * thread may start (something to purge has come) */
+    start_if_deferred();
     if (atomic_load_explicit(&R.running, memory_order_relaxed)) {
         if (!lull_huge_cache_put(h, lull_now_ms())) lull_huge_queue_push(h);
         return;
@@ -301,6 +387,10 @@ void lull_reclaim_huge_push(lull_huge *h) {
 }
 
 LULL_EXPORT bool lull_reclaim_now(void) {
+    start_if_deferred();
+    /* another thread of a fork child may be creating it */
+    while (atomic_load(&lull_reclaim_deferred) == LULL_RECLAIM_STARTING)
+        sched_yield();
     if (!atomic_load(&R.running)) return false;
     uint32_t seq = atomic_fetch_add(&R.request_seq, 1) + 1;
     futex(&R.request_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
@@ -317,6 +407,7 @@ LULL_EXPORT bool lull_reclaim_now(void) {
  * while this runs: each is read atomically (no memcpy of the struct), and
  * backend_reason, written once before `started`, only after it. */
 void lull_reclaim_get_stats(lull_reclaim_stats *out) {
+    start_if_deferred(); /* a fork child's statistics report a thread */
 #define STAT_GET(field) out->field = __atomic_load_n(&R.stats.field, __ATOMIC_RELAXED)
     STAT_GET(ticks);
     STAT_GET(cpu_ns);
@@ -346,24 +437,40 @@ const purge_backend *lull_reclaim_backend(void) {
     return atomic_load_explicit(&R.started, memory_order_acquire) ? &R.backend : NULL;
 }
 
+/* No step of the reclaim thread is half done while a fork copies the
+ * process: every slice is in exactly one map then. */
+static void reclaim_fork_prepare(void) {
+    pthread_mutex_lock(&step_lock);
+}
+
+static void reclaim_fork_parent(void) {
+    pthread_mutex_unlock(&step_lock);
+}
+
 static void reclaim_fork_child(void) {
+    pthread_mutex_init(&step_lock, NULL);
     /* the parent's reclaim thread does not exist here, and its ring must
-     * never be used: forget it and start our own */
+     * never be used: forget it. A thread of our own starts on first need
+     * (reclaim.h), never here: the child stays single-threaded until then */
     purge_backend_forget_after_fork(&R.backend);
     lull_refault_after_fork_child();
     lull_huge_cache_after_fork_child();
-    bool was_running = atomic_load(&R.running);
+    bool wanted =
+        atomic_load(&R.running) || atomic_load(&lull_reclaim_deferred) != LULL_RECLAIM_NOT_DEFERRED;
     atomic_store(&R.running, false);
     atomic_store(&R.started, false);
     atomic_store(&R.request_seq, 0);
     atomic_store(&R.done_seq, 0);
     memset(&R.stats, 0, sizeof R.stats);
-    if (was_running) reclaim_start();
+    atomic_store(&lull_reclaim_deferred,
+                 wanted ? LULL_RECLAIM_DEFERRED : LULL_RECLAIM_NOT_DEFERRED);
 }
 
 void lull_reclaim_register(void) {
     static const lull_module_hooks hooks = {
         .start = reclaim_start,
+        .fork_prepare = reclaim_fork_prepare,
+        .fork_parent = reclaim_fork_parent,
         .fork_child = reclaim_fork_child,
     };
     lull_huge_release_hook = lull_reclaim_huge_push;

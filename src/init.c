@@ -10,6 +10,7 @@
 #include "src/heap.h"
 #include "src/message.h"
 #include "src/os.h"
+#include "src/race.h"
 #include "src/size_class.h"
 
 #include <pthread.h>
@@ -37,7 +38,7 @@ bool lull_ensure_init(void) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&init_state, &expected, 1)) {
         lull_config_load();
-        const char *faults = getenv("LULL_FAULT");
+        const char *faults = secure_getenv("LULL_FAULT"); /* never in a setuid or setcap process */
         if (faults) lull_fault_parse(faults);
         lull_size_classes_init();
         lull_os_init();
@@ -53,9 +54,14 @@ bool lull_ensure_init(void) {
     return true;
 }
 
+/* The modules' locks first: the reclaim thread holds its step lock while it
+ * takes an arena's lock (the warm reserve maps a spare segment) or the heap
+ * registry's (its own first malloc), so that order is the only one. */
 static void fork_prepare(void) {
     for (int i = module_count - 1; i >= 0; i--)
         if (modules[i].fork_prepare) modules[i].fork_prepare();
+    /* the reclaim thread is between steps now: hold the fork here */
+    LULL_RACE_POINT(LULL_RACE_FORK);
     lull_heaps_fork_prepare();
     for (int i = 0; i < lull_arena_count; i++)
         pthread_mutex_lock(&lull_arenas[i].lock);

@@ -14,9 +14,11 @@ int lull_home_node(void);
 /* Module hooks, each optional; set during start-up. */
 typedef struct lull_module_hooks {
     void (*start)(void);        /* after the core, outside any lull lock */
-    void (*fork_prepare)(void); /* take the module's locks */
+    void (*fork_prepare)(void); /* take the module's locks (reverse order, before the core's) */
     void (*fork_parent)(void);
-    void (*fork_child)(void); /* reset; a new reclaim thread as needed */
+    /* reset; start no thread: the child stays single-threaded until it
+     * needs one (reclaim/reclaim.h) */
+    void (*fork_child)(void);
     void (*at_exit)(void);
 } lull_module_hooks;
 
