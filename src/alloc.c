@@ -312,9 +312,12 @@ static void remote_free(void *p, lull_span *span, lull_heap *owner) {
         if (__builtin_expect(head == b, 0)) /* still first on the list: freed twice in a row */
             lull_fatal_remote_double_free(p);
         lull_block_set_next(b, head);
+        /* release: the owner's collection sees b's link; acquire: when this
+         * CAS sets the bit, the owner's pop that cleared it (and its write of
+         * remote_next) happened before the push below */
     } while (!atomic_compare_exchange_weak_explicit(&span->thread_free, &old,
                                                     (uintptr_t)b | LULL_REMOTE_QUEUED,
-                                                    memory_order_release, memory_order_relaxed));
+                                                    memory_order_acq_rel, memory_order_relaxed));
     if (old & LULL_REMOTE_QUEUED) return; /* queued already: the owner will pop it */
     LULL_RACE_POINT(LULL_RACE_REMOTE_QUEUE);
     lull_span *head = atomic_load_explicit(&owner->remote_spans, memory_order_relaxed);

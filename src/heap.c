@@ -225,7 +225,9 @@ uint32_t lull_span_collect(lull_span *span) {
 /* The owner popped the span from remote_spans: take the list and clear
  * LULL_REMOTE_QUEUED in one exchange; the next remote free queues it again. */
 static uint32_t span_collect_popped(lull_span *span) {
-    uintptr_t old = atomic_exchange_explicit(&span->thread_free, 0, memory_order_acquire);
+    /* acq_rel: the remote free that sets the bit again pushes the span
+     * after our write of remote_next */
+    uintptr_t old = atomic_exchange_explicit(&span->thread_free, 0, memory_order_acq_rel);
     return span_merge_remote(span, lull_remote_head(old));
 }
 
