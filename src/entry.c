@@ -64,9 +64,11 @@ LULL_EXPORT void *lull_realloc(void *p, size_t size) {
             return p;
         }
     }
-    /* keep the block when the new size fits and does not waste over half */
+    /* keep the block when the new size fits and does not waste over half;
+     * a smaller one moves (a copy of at most half the block), so the old
+     * block's memory goes back like any freed block's: a large or huge block
+     * kept whole for a small size stayed resident for good */
     if (size <= usable && size >= usable / 2) return p;
-    if (size <= usable && usable > LULL_SMALL_MAX && size > LULL_SMALL_MAX) return p;
     void *q = lull_malloc_inline(size);
     if (!q) return NULL; /* p is untouched, as the standard asks */
     memcpy(q, p, size < usable ? size : usable);

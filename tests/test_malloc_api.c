@@ -3,6 +3,7 @@
  * errno, usable sizes, ownership, and what happens when mmap fails. */
 #define _GNU_SOURCE
 #include "lull.h"
+#include "lull/counters.h"
 #include "src/fault.h"
 #include "src/heap.h"
 #include "src/size_class.h"
@@ -263,6 +264,54 @@ Test(malloc_api, realloc_across_every_class_boundary, .init = init) {
         }
         lull_free(p);
     }
+}
+
+/* lull's resident figure (everything it maps but what is purged) and its
+ * live bytes: the process's RSS, less what is not lull's (a sanitizer's
+ * shadow, the test's own memory). */
+static void lull_resident_live(uint64_t *resident, uint64_t *live) {
+    struct lull_counters c;
+    lull_stats(&c);
+    *resident = lull_counters_resident_bound(&c.total) - c.total.warm;
+    *live = c.total.live;
+}
+
+/* realloc(p, 1 MiB) of a touched 256 MiB block kept the whole block (and
+ * 265 MB resident) for good, and 12 MiB down to 600 KiB the same: a
+ * shrinking realloc to less than half now moves the block, and the old one
+ * goes to the reclaim thread like any free. */
+static void expect_shrink_returns_the_tail(size_t from, size_t to) {
+    lull_set_purge_delay_ms(0);
+    uint64_t res0, live0, res1, live1;
+    lull_resident_live(&res0, &live0);
+    uint8_t *p = lull_malloc(from);
+    cr_assert_not_null(p);
+    for (size_t off = 0; off < from; off += 4096)
+        p[off] = (uint8_t)(off >> 12);
+    uint8_t *q = lull_realloc(p, to);
+    cr_assert_not_null(q);
+    for (size_t off = 0; off < to; off += 4096)
+        cr_assert_eq(q[off], (uint8_t)(off >> 12), "%zu -> %zu: byte %zu lost", from, to, off);
+    bool back = false;
+    for (int tick = 0; tick < 8 && !back; tick++) {
+        cr_assert(lull_reclaim_now());
+        lull_resident_live(&res1, &live1);
+        back = res1 <= res0 + to + 8 * MiB;
+    }
+    cr_assert(back, "%zu -> %zu: lull keeps %llu KiB resident (%llu KiB before), %llu KiB live",
+              from, to, (unsigned long long)res1 >> 10, (unsigned long long)res0 >> 10,
+              (unsigned long long)live1 >> 10);
+    cr_assert_leq(live1, live0 + from / 2, "%zu -> %zu: the whole block still counts live", from,
+                  to);
+    lull_free(q);
+}
+
+Test(malloc_api, a_shrinking_realloc_of_a_huge_block_returns_the_tail, .init = init) {
+    expect_shrink_returns_the_tail(256 * MiB, 1 * MiB);
+}
+
+Test(malloc_api, a_shrinking_realloc_of_a_large_block_returns_the_tail, .init = init) {
+    expect_shrink_returns_the_tail(12 * MiB, 600 * KiB);
 }
 
 Test(malloc_api, reallocarray_checks_overflow, .init = init) {
