@@ -1,26 +1,39 @@
 /* The counter page writer; see counter_page.h and include/lull/counters.h.
  * lull is the allocator: nothing here may allocate (no malloc, no stdio).
- * The page is reached with shm_open/ftruncate/mmap, and /proc is read with
- * open/read into stack buffers. */
+ * The page is reached with shm_open/ftruncate/mmap, /proc and /dev/shm are
+ * read with open/read/getdents64 into stack buffers. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "src/counter_page.h"
+#include "lull.h"
 #include "src/fault.h"
 #include "src/message.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #define NAME_MAX_LEN 200
+/* The inode of the initial PID namespace (PROC_PID_INIT_INO, fixed since
+ * Linux 3.8): pages of its processes keep the plain name lull.<pid>. */
+#define PIDNS_INIT UINT64_C(0xEFFFFFFC)
+/* Bounds of the sweep of /dev/shm when a page is created. */
+#define SWEEP_MAX_ENTRIES 4096
+#define SWEEP_MAX_PAGES 256
 
 /* The mapping, published with seq_cst so that close and publish agree on
  * who may touch it (see counter_page_close). */
@@ -32,6 +45,23 @@ static pid_t page_owner;
 /* The thread that opened the page: its only writer. */
 static pthread_t page_writer;
 static uint64_t page_size_cached;
+/* The mapping is MADV_DONTFORK: a fork child does not have it. */
+static bool page_dontfork;
+
+/* The life-cycle gate between the page's creation (on the reclaim thread)
+ * and the ends of the process (exit, _exit, exec on any thread): `opening`
+ * while counter_page_open() creates a page, `ending` while a thread is on
+ * its way out. Each sets its own flag, then looks at the other's (seq_cst,
+ * Dekker): an open that sees `ending` gives up, an end that sees `opening`
+ * waits for the open to finish (for a second at most), and then finds the
+ * page and removes it. So no page is created that an end does not remove. */
+static int opening, ending;
+/* An exec failed, or an open gave up because of one: open again. */
+static int reopen_wanted;
+/* This process as lull knows it: set at start and in a fork child. A
+ * vfork child (or a raw clone) runs on the parent's memory with another
+ * pid: it must not touch the parent's page or flags. */
+static pid_t self_pid;
 
 /* Decimal digits of v into buf (NUL-terminated); returns the length. */
 static size_t format_u64(char *buf, uint64_t v) {
@@ -47,17 +77,12 @@ static size_t format_u64(char *buf, uint64_t v) {
     return n;
 }
 
-/* Start time (field 22 of /proc/<pid>/stat, clock ticks after boot) of a
- * running process. Returns 0, -ESRCH if there is no such process or it is a
- * zombie (it will never publish again), or -EIO if the file is unreadable. */
-static int proc_start_time(uint64_t pid, uint64_t *out) {
-    char path[48] = "/proc/";
-    size_t n = strlen(path);
-    n += format_u64(path + n, pid);
-    memcpy(path + n, "/stat", sizeof "/stat");
-
+/* Start time (field 22 of a /proc/.../stat file, clock ticks after boot).
+ * Returns 0, -ESRCH if there is no such process or it is a zombie (it will
+ * never publish again), or -EIO if the file is unreadable. */
+static int stat_start_time(const char *path, uint64_t *out) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? -ESRCH : -EIO;
+    if (fd < 0) return errno == ENOENT || errno == ESRCH ? -ESRCH : -EIO;
     char buf[1024];
     ssize_t len = read(fd, buf, sizeof buf - 1);
     close(fd);
@@ -83,6 +108,23 @@ static int proc_start_time(uint64_t pid, uint64_t *out) {
     return 0;
 }
 
+/* The same for a pid as /proc shows it. */
+static int proc_start_time(uint64_t pid, uint64_t *out) {
+    char path[48] = "/proc/";
+    size_t n = strlen(path);
+    n += format_u64(path + n, pid);
+    memcpy(path + n, "/stat", sizeof "/stat");
+    return stat_start_time(path, out);
+}
+
+/* This process's PID namespace (the inode of /proc/self/ns/pid), 0 if
+ * unknown (no /proc). /proc/self is this process whichever PID namespace
+ * the /proc mount belongs to. */
+static uint64_t own_pidns(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 /* strerror() may allocate (unknown errors, message catalogs): the untranslated
  * descriptions from glibc's table never do. */
 static const char *err_text(int e) {
@@ -95,6 +137,62 @@ static void sleep_ms(long ms) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
+
+/* ------------------------------------------------------------ staleness */
+
+/* What a name says about its page: lull.<pid> is a page of the initial PID
+ * namespace (or of a lull that did not name namespaces); lull.<pid>.<ns>
+ * a page of PID namespace <ns>, written by a lull that locks its page; any
+ * other name was chosen with counter_page=NAME. */
+enum name_kind { NAME_PLAIN, NAME_PIDNS, NAME_OTHER };
+
+static bool all_digits(const char *s, size_t n) {
+    if (n == 0 || n > 20) return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+/* name: without the leading '/'. */
+static enum name_kind name_kind_of(const char *name) {
+    if (strncmp(name, "lull.", 5) != 0) return NAME_OTHER;
+    const char *p = name + 5, *dot = strchr(p, '.');
+    if (!dot) return all_digits(p, strlen(p)) ? NAME_PLAIN : NAME_OTHER;
+    return all_digits(p, (size_t)(dot - p)) && all_digits(dot + 1, strlen(dot + 1)) ? NAME_PIDNS
+                                                                                    : NAME_OTHER;
+}
+
+/* Is the writer of an open page alive? Every lull that writes pages holds an
+ * exclusive flock on it (through its mapping) from before its header is
+ * written until its process exits, execs or is killed: the kernel drops it
+ * then, in every PID namespace. 1 locked, 0 not (the caller then holds a
+ * shared lock until it closes fd), -1 cannot tell. */
+static int page_locked(int fd) {
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0) return 0;
+    return errno == EWOULDBLOCK ? 1 : -1;
+}
+
+/* An unlocked page (its header names pid and start): is it stale? A lull
+ * that names namespaces locks its page, so an unlocked lull.<pid>.<ns> is
+ * stale. Other pages may be an older lull's, which did not lock: judged by
+ * their (pid, start time) as /proc shows them, which is meaningful for a
+ * plain name only in the initial PID namespace. A page of this very pid is
+ * this process's before an exec (exec keeps pid and start time but runs no
+ * exit handler; no page of ours is open when this is asked). A process that
+ * runs on after an exec lull could not see (a raw execve system call) keeps
+ * its page until it ends. When in doubt: not stale. */
+static bool unlocked_page_stale(enum name_kind kind, uint64_t pid, uint64_t start) {
+    if (kind == NAME_PIDNS) return true;
+    if (kind == NAME_PLAIN && own_pidns() != PIDNS_INIT) return false;
+    uint64_t now, own;
+    if (stat_start_time("/proc/self/stat", &own) != 0) return false; /* no /proc to judge by */
+    if (pid == (uint64_t)getpid()) return true;
+    int r = proc_start_time(pid, &now);
+    if (r == -ESRCH) return true;
+    return r == 0 && now != start;
+}
+
+/* ---------------------------------------------------------------- open */
 
 enum existing { EXISTING_GONE, EXISTING_LIVE, EXISTING_ERROR };
 
@@ -156,20 +254,19 @@ static enum existing handle_existing(const char *name, int *err) {
         memset(hdr, 0, sizeof hdr);
         sleep_ms(5);
     }
-    close(fd);
-
     if (hdr[0] != LULL_COUNTERS_MAGIC) {
+        close(fd);
         *err = EEXIST;
         lull_message("counter page %s exists and is not a lull counter page (no lull header): "
                      "leaving it alone; no counter page",
                      name);
         return EXISTING_ERROR;
     }
-    uint64_t pid = hdr[3], start = hdr[4], now;
-    /* our own pid: the page of this process before an exec (exec keeps the
-     * pid and start time but runs no exit handler), so it is ours to
-     * replace */
-    if (pid != (uint64_t)getpid() && proc_start_time(pid, &now) == 0 && now == start) {
+    uint64_t pid = hdr[3], start = hdr[4];
+    int locked = page_locked(fd);
+    bool stale = locked == 0 && unlocked_page_stale(name_kind_of(name + 1), pid, start);
+    close(fd);
+    if (!stale) {
         *err = EEXIST;
         lull_message("counter page %s is in use by live process %llu", name,
                      (unsigned long long)pid);
@@ -189,7 +286,13 @@ static int build_name(const char *name, pid_t pid) {
     if (!name || !*name) {
         size_t n = sizeof LULL_COUNTERS_NAME_PREFIX - 1;
         memcpy(page_name, LULL_COUNTERS_NAME_PREFIX, n);
-        format_u64(page_name + n, (uint64_t)pid);
+        n += format_u64(page_name + n, (uint64_t)pid);
+        /* pid 1 of two PID namespaces must not share a name */
+        uint64_t ns = own_pidns();
+        if (ns && ns != PIDNS_INIT) {
+            page_name[n++] = '.';
+            format_u64(page_name + n, ns);
+        }
         return 0;
     }
     if (*name == '/') name++;
@@ -205,25 +308,34 @@ static int build_name(const char *name, pid_t pid) {
     return 0;
 }
 
-int counter_page_open(const char *name) {
-    if (__atomic_load_n(&page, __ATOMIC_SEQ_CST)) return -EBUSY;
-    pid_t pid = getpid();
-    int err = build_name(name, pid);
-    if (err) return err;
-
-    uint64_t start = 0;
-    if (proc_start_time((uint64_t)pid, &start) != 0)
-        lull_message("cannot read /proc/%d/stat: counter page start time unknown", (int)pid);
-
-    int fd = -1;
-    for (int attempt = 0; fd < 0; attempt++) {
+/* Create the object, exclusively, and lock it before anything else. */
+static int create_locked(int *out) {
+    int err = 0;
+    for (int attempt = 0;; attempt++) {
+        int fd;
         if (lull_fault(LULL_FAULT_SHM_OPEN)) {
             fd = -1;
             errno = EACCES;
         } else {
             fd = shm_open(page_name, O_CREAT | O_EXCL | O_RDWR, 0600);
         }
-        if (fd >= 0) break;
+        if (fd >= 0) {
+            /* Nobody else can hold a lock on a file just created, unless
+             * they opened it in this very moment: then make another one. */
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                *out = fd;
+                return 0;
+            }
+            err = errno;
+            close(fd);
+            shm_unlink(page_name);
+            if (err != EWOULDBLOCK || attempt >= 3) {
+                lull_message("cannot create counter page %s: cannot lock it (%s)", page_name,
+                             err_text(err));
+                return -err;
+            }
+            continue;
+        }
         err = errno;
         if (err != EEXIST || attempt >= 3) {
             lull_message("cannot create counter page %s: %s", page_name, err_text(err));
@@ -231,6 +343,21 @@ int counter_page_open(const char *name) {
         }
         if (handle_existing(page_name, &err) != EXISTING_GONE) return -err;
     }
+}
+
+static int open_page(const char *name) {
+    if (__atomic_load_n(&page, __ATOMIC_SEQ_CST)) return -EBUSY;
+    pid_t pid = getpid();
+    int err = build_name(name, pid);
+    if (err) return err;
+
+    uint64_t start = 0;
+    if (stat_start_time("/proc/self/stat", &start) != 0)
+        lull_message("cannot read /proc/self/stat: counter page start time unknown");
+
+    int fd = -1;
+    err = create_locked(&fd);
+    if (err) return err;
 
     struct lull_counters *p = MAP_FAILED;
     const char *what = "fchmod";
@@ -254,6 +381,8 @@ int counter_page_open(const char *name) {
         }
     }
     err = errno;
+    /* The mapping holds the file, and with it the lock, after this close:
+     * until munmap, or until the process exits or execs. */
     close(fd);
     if (p == MAP_FAILED) {
         lull_message("cannot create counter page %s: %s: %s; running without it", page_name, what,
@@ -261,6 +390,10 @@ int counter_page_open(const char *name) {
         shm_unlink(page_name); /* created by us, above */
         return -err;
     }
+    /* A fork child gets no copy of the mapping: it never holds the parent's
+     * lock (a child that outlives its parent would keep a stale page
+     * looking alive) and cannot write the parent's page. */
+    page_dontfork = madvise(p, sizeof(struct lull_counters), MADV_DONTFORK) == 0;
 
     long ps = sysconf(_SC_PAGESIZE);
     page_size_cached = ps > 0 ? (uint64_t)ps : 4096;
@@ -278,6 +411,71 @@ int counter_page_open(const char *name) {
     lull_verbose("counter page %s", page_name);
     return 0;
 }
+
+int counter_page_open(const char *name) {
+    __atomic_store_n(&opening, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&ending, __ATOMIC_SEQ_CST)) {
+        /* an exec or exit is under way: if the exec fails, try again */
+        __atomic_store_n(&reopen_wanted, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&opening, 0, __ATOMIC_SEQ_CST);
+        return -ECANCELED;
+    }
+    int r = open_page(name);
+    __atomic_store_n(&opening, 0, __ATOMIC_SEQ_CST);
+    return r;
+}
+
+bool counter_page_take_reopen(void) {
+    return __atomic_exchange_n(&reopen_wanted, 0, __ATOMIC_RELAXED) != 0;
+}
+
+/* --------------------------------------------------------------- sweep */
+
+/* One entry of /dev/shm: remove it if it is a stale page of this user. */
+static bool sweep_one(int dir, const char *name, enum name_kind kind) {
+    int fd = openat(dir, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return false;
+    struct stat st, again;
+    uint64_t hdr[5] = {0};
+    bool stale = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+                 pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
+                 hdr[0] == LULL_COUNTERS_MAGIC && page_locked(fd) == 0 &&
+                 unlocked_page_stale(kind, hdr[3], hdr[4]);
+    /* the name must still be the file judged (it may have been replaced
+     * meanwhile, by someone who removed the stale page and made another) */
+    bool removed = stale && fstatat(dir, name, &again, AT_SYMLINK_NOFOLLOW) == 0 &&
+                   again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+                   unlinkat(dir, name, 0) == 0;
+    close(fd);
+    if (removed) lull_verbose("removed stale counter page /%s", name);
+    return removed;
+}
+
+int counter_page_sweep(void) {
+    int dir = open(LULL_COUNTERS_SHM_DIR, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (dir < 0) return 0;
+    /* getdents64, not readdir: opendir allocates */
+    char buf[4096] __attribute__((aligned(8)));
+    int entries = 0, pages = 0, removed = 0;
+    ssize_t n;
+    while (entries < SWEEP_MAX_ENTRIES && (n = getdents64(dir, buf, sizeof buf)) > 0) {
+        for (ssize_t off = 0; off < n && entries < SWEEP_MAX_ENTRIES;) {
+            struct dirent64 *d = (struct dirent64 *)(buf + off);
+            off += d->d_reclen;
+            entries++;
+            /* default names only: a named page is its configuration's */
+            enum name_kind kind = name_kind_of(d->d_name);
+            if (kind == NAME_OTHER || (d->d_type != DT_REG && d->d_type != DT_UNKNOWN)) continue;
+            if (++pages > SWEEP_MAX_PAGES) goto done;
+            removed += sweep_one(dir, d->d_name, kind);
+        }
+    }
+done:
+    close(dir);
+    return removed;
+}
+
+/* ------------------------------------------------------------- publish */
 
 static uint64_t clock_ns(clockid_t id) {
     struct timespec ts;
@@ -334,6 +532,8 @@ void counter_page_publish(const struct lull_counters *c) {
     __atomic_fetch_sub(&publishing, 1, __ATOMIC_RELEASE);
 }
 
+/* --------------------------------------------------------------- close */
+
 void counter_page_close(void) {
     struct lull_counters *p = __atomic_exchange_n(&page, NULL, __ATOMIC_SEQ_CST);
     if (!p) return;
@@ -341,21 +541,30 @@ void counter_page_close(void) {
      * writing: it takes microseconds. Later ones see NULL. */
     while (__atomic_load_n(&publishing, __ATOMIC_SEQ_CST))
         sched_yield();
-    munmap(p, sizeof(struct lull_counters));
-    if (getpid() == page_owner && shm_unlink(page_name) != 0 && errno != ENOENT)
+    bool owner = getpid() == page_owner;
+    /* The name goes first, then the mapping (and with it the lock): a
+     * sweep never finds our name unlocked while we still run. */
+    if (owner && shm_unlink(page_name) != 0 && errno != ENOENT)
         lull_message("cannot remove counter page %s: %s", page_name, err_text(errno));
+    /* a fork child that kept the parent's `page` has no such mapping */
+    if (owner || !page_dontfork) munmap(p, sizeof(struct lull_counters));
     page_name[0] = '\0';
     page_owner = 0;
 }
 
 void counter_page_after_fork_child(void) {
     /* Only the forking thread exists here; a publication the parent's
-     * reclaim thread was making at fork time is not running in the child. */
+     * reclaim thread was making at fork time is not running in the child,
+     * nor an open, nor an exec. */
     struct lull_counters *p = __atomic_exchange_n(&page, NULL, __ATOMIC_SEQ_CST);
     __atomic_store_n(&publishing, 0, __ATOMIC_SEQ_CST);
-    if (p) munmap(p, sizeof(struct lull_counters));
+    __atomic_store_n(&opening, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ending, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&reopen_wanted, 0, __ATOMIC_SEQ_CST);
+    if (p && !page_dontfork) munmap(p, sizeof(struct lull_counters));
     page_name[0] = '\0';
     page_owner = 0;
+    self_pid = getpid();
 }
 
 const char *counter_page_name(void) {
@@ -364,4 +573,220 @@ const char *counter_page_name(void) {
 
 const volatile struct lull_counters *counter_page_mapping(void) {
     return __atomic_load_n(&page, __ATOMIC_SEQ_CST);
+}
+
+/* ------------------------------------------------- the process's ends */
+
+/* On the way out (any thread): no page may be created from now on, and one
+ * being created is waited for. false in a process that is not ours (a
+ * vfork child: the memory is the parent's). */
+static bool gate_enter(void) {
+    if (!self_pid || getpid() != self_pid) return false;
+    __atomic_fetch_add(&ending, 1, __ATOMIC_SEQ_CST);
+    /* An open takes microseconds, with a stale page's check up to 0.1 s.
+     * One stuck (its message blocked on a full stderr pipe) must not hold
+     * the exit: after a second the page, if any, is left to the sweeps. */
+    for (int i = 0; i < 1000 && __atomic_load_n(&opening, __ATOMIC_SEQ_CST); i++)
+        sleep_ms(1);
+    return true;
+}
+
+void counter_page_at_exit(void) {
+    if (gate_enter()) counter_page_close();
+}
+
+#ifdef LULL_OVERRIDE
+/* _exit and the exec family, wrapped (a program calls them through the
+ * dynamic linker; lull comes first, as for malloc): the name of the page
+ * goes before the process does. exit() is the atexit handler's, and
+ * quick_exit at_quick_exit's. What lull cannot see keeps its page until the
+ * next lull process of the user, or lullstat --clean, finds it stale: a raw
+ * exit_group or execve system call, a signal that kills, a crash. */
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+typedef int (*execveat_fn)(int, const char *, char *const[], char *const[], int);
+typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+typedef void (*exit_fn)(int);
+
+/* The C library's, resolved at start (dlsym may allocate: never on the way
+ * out, never in a vfork child). */
+static struct {
+    execve_fn execve, execvpe;
+    execv_fn execv, execvp;
+    execveat_fn execveat;
+    fexecve_fn fexecve;
+    exit_fn exit_, Exit;
+} real;
+
+static void resolve_real(void) {
+    real.execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+    real.execvpe = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
+    real.execv = (execv_fn)dlsym(RTLD_NEXT, "execv");
+    real.execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
+    real.execveat = (execveat_fn)dlsym(RTLD_NEXT, "execveat");
+    real.fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
+    real.exit_ = (exit_fn)dlsym(RTLD_NEXT, "_exit");
+    real.Exit = (exit_fn)dlsym(RTLD_NEXT, "_Exit");
+}
+
+/* Before an exec: the page goes (gate, close). Returns what exec_failed()
+ * needs to undo: 0 nothing, 1 the gate, 2 the gate and a page to reopen. */
+static int exec_begin(void) {
+    if (!gate_enter()) return 0;
+    bool had = counter_page_name() != NULL;
+    counter_page_close();
+    return had ? 2 : 1;
+}
+
+/* The exec returned: it failed, and the process runs on as it was. */
+static void exec_failed(int how) {
+    if (!how) return;
+    int e = errno;
+    if (how == 2) __atomic_store_n(&reopen_wanted, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&ending, 1, __ATOMIC_SEQ_CST);
+    errno = e;
+}
+
+static void exit_begin(void) {
+    if (!gate_enter()) return;
+    /* the name only: other threads may still publish into the mapping,
+     * and the kernel unmaps it in a moment */
+    if (__atomic_load_n(&page, __ATOMIC_SEQ_CST) && getpid() == page_owner) shm_unlink(page_name);
+}
+
+LULL_EXPORT void _exit(int status) {
+    exit_begin();
+    if (real.exit_) real.exit_(status);
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+LULL_EXPORT void _Exit(int status) {
+    exit_begin();
+    if (real.Exit) real.Exit(status);
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+extern char **environ;
+
+LULL_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    int how = exec_begin();
+    int r =
+        real.execve ? real.execve(path, argv, envp) : (int)syscall(SYS_execve, path, argv, envp);
+    exec_failed(how);
+    return r;
+}
+
+LULL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+                         int flags) {
+    int how = exec_begin();
+    int r = real.execveat ? real.execveat(dirfd, path, argv, envp, flags)
+                          : (int)syscall(SYS_execveat, dirfd, path, argv, envp, flags);
+    exec_failed(how);
+    return r;
+}
+
+LULL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
+    int how = exec_begin();
+    int r = real.fexecve ? real.fexecve(fd, argv, envp)
+                         : (int)syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH);
+    exec_failed(how);
+    return r;
+}
+
+LULL_EXPORT int execv(const char *path, char *const argv[]) {
+    int how = exec_begin();
+    int r = real.execv ? real.execv(path, argv) : (int)syscall(SYS_execve, path, argv, environ);
+    exec_failed(how);
+    return r;
+}
+
+/* The PATH searches have no system call of their own to fall back on. */
+LULL_EXPORT int execvp(const char *file, char *const argv[]) {
+    if (!real.execvp) {
+        errno = ENOSYS;
+        return -1;
+    }
+    int how = exec_begin();
+    int r = real.execvp(file, argv);
+    exec_failed(how);
+    return r;
+}
+
+LULL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    if (!real.execvpe) {
+        errno = ENOSYS;
+        return -1;
+    }
+    int how = exec_begin();
+    int r = real.execvpe(file, argv, envp);
+    exec_failed(how);
+    return r;
+}
+
+/* The list forms build the vector on the stack, as the C library's do
+ * (arg is not NULL: the headers say so). */
+#define COUNT_ARGS(ap, n)                                                                          \
+    do {                                                                                           \
+        va_list cp;                                                                                \
+        va_copy(cp, ap);                                                                           \
+        n = 1;                                                                                     \
+        while (va_arg(cp, char *))                                                                 \
+            n++;                                                                                   \
+        va_end(cp);                                                                                \
+    } while (0)
+
+LULL_EXPORT int execl(const char *path, const char *arg, ...) {
+    va_list ap;
+    size_t n;
+    va_start(ap, arg);
+    COUNT_ARGS(ap, n);
+    char *argv[n + 1];
+    argv[0] = (char *)arg;
+    for (size_t i = 1; i < n; i++)
+        argv[i] = va_arg(ap, char *);
+    argv[n] = NULL;
+    va_end(ap);
+    return execv(path, argv);
+}
+
+LULL_EXPORT int execlp(const char *file, const char *arg, ...) {
+    va_list ap;
+    size_t n;
+    va_start(ap, arg);
+    COUNT_ARGS(ap, n);
+    char *argv[n + 1];
+    argv[0] = (char *)arg;
+    for (size_t i = 1; i < n; i++)
+        argv[i] = va_arg(ap, char *);
+    argv[n] = NULL;
+    va_end(ap);
+    return execvp(file, argv);
+}
+
+LULL_EXPORT int execle(const char *path, const char *arg, ...) {
+    va_list ap;
+    size_t n;
+    va_start(ap, arg);
+    COUNT_ARGS(ap, n);
+    char *argv[n + 1];
+    argv[0] = (char *)arg;
+    for (size_t i = 1; i < n; i++)
+        argv[i] = va_arg(ap, char *);
+    argv[n] = NULL;
+    (void)va_arg(ap, char *); /* the NULL that ends the list */
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(path, argv, envp);
+}
+#endif
+
+void counter_page_process_start(void) {
+    self_pid = getpid();
+#ifdef LULL_OVERRIDE
+    resolve_real();
+#endif
+    at_quick_exit(counter_page_at_exit);
 }

@@ -1,6 +1,9 @@
 /* Publishing the statistics on the shared-memory counter page: opened by
- * the reclaim thread when it starts, refreshed on its tick (at most every
- * PUBLISH_EVERY_MS), removed at exit. Request threads never write the page. */
+ * the reclaim thread a second after it starts (then the stale pages of
+ * dead processes of this user are swept from /dev/shm), refreshed on its
+ * tick (at most every PUBLISH_EVERY_MS), reopened at the next tick after a
+ * failed exec, removed at exit, _exit and exec (src/counter_page.h).
+ * Request threads never write the page. */
 #include "src/counter_page.h"
 #include "src/config.h"
 #include "src/init.h"
@@ -43,9 +46,18 @@ static void publish_start(void) {
 }
 
 static void publish_tick(void) {
+    bool open = false;
     if (open_pending && mono_ns() - thread_start_ns >= (uint64_t)OPEN_AFTER_MS * 1000000u) {
         open_pending = false;
-        if (counter_page_open(lull_config.counter_page_name) == 0) publish_now();
+        open = true;
+    }
+    /* an exec failed (its page was removed first), or one was under way
+     * when the page was due: the process has lived its second already */
+    if (counter_page_take_reopen() && __atomic_load_n(&lull_config.counter_page, __ATOMIC_RELAXED))
+        open = true;
+    if (open && !counter_page_name() && counter_page_open(lull_config.counter_page_name) == 0) {
+        counter_page_sweep();
+        publish_now();
     }
     if (!counter_page_name()) return;
     if (mono_ns() - last_publish_ns >= (uint64_t)PUBLISH_EVERY_MS * 1000000u) publish_now();
@@ -58,8 +70,9 @@ static void publish_fork_child(void) {
 
 void lull_stats_publish_register(void) {
     static const lull_module_hooks hooks = {
+        .start = counter_page_process_start,
         .fork_child = publish_fork_child,
-        .at_exit = counter_page_close,
+        .at_exit = counter_page_at_exit,
     };
     lull_reclaim_thread_start_hook = publish_start;
     lull_reclaim_tick_hook = publish_tick;

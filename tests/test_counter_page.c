@@ -21,7 +21,9 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -926,4 +929,483 @@ Test(counter_page, a_full_dev_shm_turns_the_page_off_and_says_so_once, .timeout 
     cr_assert(strstr(cr.err, "No space left on device"), "the message gives no reason: %s", cr.err);
     cr_assert_eq(reexec_field(&cr, "page_open"), 0);
     cr_assert_eq(reexec_field(&cr, "left"), 0, "the failed page was left in /dev/shm");
+}
+
+/* ------------------------------------- pages of processes that end */
+
+/* Scenarios with real lull processes whose reclaim threads create their
+ * pages (a second after they start), run by a harness process (stage 1,
+ * re-executed with LULL_TEST_PAGES=<scenario>). The harness makes a mount
+ * namespace of its own with a private tmpfs over /dev/shm when it may (so
+ * that what its processes create or remove is theirs alone, and pages
+ * other tests on the machine craft are not touched); otherwise the
+ * scenario runs on the shared /dev/shm. It starts stage-2 processes (this
+ * program again, with LULL_TEST_PAGES_ROLE=<role>), each with a report
+ * pipe on fd 3 and a pipe on its stdin that holds it until the harness
+ * closes it, checks /dev/shm, and prints key=value lines for the test.
+ *
+ * Every wait ends on an event (a line on a pipe, its EOF, a child's exit);
+ * the caps (20 s for a page to appear, 60 s for a report) only end a
+ * broken run. */
+
+#define REPORT_FD 3
+
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > 0 && write(REPORT_FD, buf, (size_t)n) != n) _exit(90);
+}
+
+/* Stage 2: wait until this process's reclaim thread has created its page,
+ * then let it finish one more tick (the tick that created the page has
+ * ended: whatever it does after creating the page is done). */
+static bool wait_own_page(char *name, size_t len) {
+    for (uint64_t until = mono_ms() + 20000; mono_ms() < until;) {
+        if (!lull_reclaim_now()) return false;
+        const char *n = counter_page_name();
+        if (n) {
+            snprintf(name, len, "%s", n);
+            lull_reclaim_now();
+            return true;
+        }
+        sleep_ms(10);
+    }
+    return false;
+}
+
+static void hold_until_eof(void) {
+    char c;
+    while (read(0, &c, 1) > 0) {
+    }
+}
+
+static void role_main(const char *role) {
+    char name[256];
+    if (!wait_own_page(name, sizeof name)) {
+        report("error=no counter page after 20 s\n");
+        _exit(80);
+    }
+    if (strcmp(role, "hold") == 0) { /* a live page until stdin closes */
+        report("name=%s\npid=%d\nready=1\n", name, (int)getpid());
+        hold_until_eof();
+        exit(0);
+    }
+    if (strcmp(role, "fork_exit") == 0) {
+        /* a fork child that lives past its page's creation, then _exits */
+        pid_t c = fork();
+        if (c < 0) _exit(81);
+        if (c == 0) {
+            char cname[256];
+            if (!wait_own_page(cname, sizeof cname)) {
+                report("error=the fork child got no counter page\n");
+                _exit(82);
+            }
+            report("child=%s\n", cname);
+            _exit(0);
+        }
+        int st;
+        if (waitpid(c, &st, 0) != c) _exit(83);
+        report("child_status=%d\nself=%s\n", st, name);
+        _exit(0);
+    }
+    if (strcmp(role, "exec") == 0) { /* becomes /bin/cat, which is not lull */
+        report("name=%s\n", name);
+        fcntl(REPORT_FD, F_SETFD, FD_CLOEXEC); /* its EOF tells the harness */
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execl("/bin/cat", "cat", (char *)NULL);
+        report("error=exec /bin/cat: %s\n", strerror(errno));
+        _exit(84);
+    }
+    if (strcmp(role, "exec_fails") == 0) {
+        errno = 0;
+        execl("/nonexistent/lull-test", "lull-test", (char *)NULL);
+        int e = errno;
+        char back[256] = "";
+        bool again = wait_own_page(back, sizeof back);
+        report("name=%s\nerrno=%d\nback=%d\nback_name=%s\nback_exists=%d\n", name, e, again, back,
+               again && page_exists(back));
+        exit(0);
+    }
+    report("error=unknown role %s\n", role);
+    _exit(85);
+}
+
+/* Stage 1: the harness. */
+
+struct kid {
+    pid_t pid;
+    int report, hold; /* the report pipe's read end, the stdin pipe's write end */
+    char out[2048];
+    size_t len;
+};
+
+static bool private_dev_shm(char *why, size_t len) {
+    if (unshare(CLONE_NEWNS) != 0) {
+        snprintf(why, len, "unshare(CLONE_NEWNS): %s", strerror(errno));
+        return false;
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("lulltest", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=1777") != 0) {
+        snprintf(why, len, "mounting a tmpfs over /dev/shm: %s", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* Start this program as `role`, a lull process with its counter page on;
+ * with new_pidns it is pid 1 of a new PID namespace (raw clone: the child
+ * only calls execve). false (errno set) if the process cannot be made. */
+static bool spawn(struct kid *k, const char *role, bool new_pidns) {
+    static char *envp[512];
+    static char role_var[64];
+    size_t n = 0;
+    for (char **e = environ; *e && n < 508; e++)
+        if (strncmp(*e, "LULL_COUNTER_PAGE=", 18) != 0 && strncmp(*e, "LULL_TEST_PAGES", 15) != 0)
+            envp[n++] = *e;
+    snprintf(role_var, sizeof role_var, "LULL_TEST_PAGES_ROLE=%s", role);
+    envp[n++] = role_var;
+    envp[n] = NULL;
+    int r[2], h[2];
+    if (pipe2(r, O_CLOEXEC) != 0 || pipe2(h, O_CLOEXEC) != 0) return false;
+    memset(k, 0, sizeof *k);
+    fflush(NULL);
+    k->pid = new_pidns ? (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0) : fork();
+    if (k->pid < 0) {
+        int e = errno;
+        close(r[0]), close(r[1]), close(h[0]), close(h[1]);
+        errno = e;
+        return false;
+    }
+    if (k->pid == 0) {
+        dup2(h[0], 0);
+        dup2(r[1], REPORT_FD);
+        char *const argv[] = {(char *)role, NULL};
+        execve("/proc/self/exe", argv, envp);
+        _exit(127);
+    }
+    close(r[1]);
+    close(h[0]);
+    k->report = r[0];
+    k->hold = h[1];
+    return true;
+}
+
+/* Read k's report until a line starts with `until` (NULL: until EOF). */
+static bool read_report(struct kid *k, const char *until) {
+    for (uint64_t end = mono_ms() + 60000;;) {
+        k->out[k->len] = '\0';
+        if (until) {
+            for (const char *l = k->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+                if (strncmp(l, until, strlen(until)) == 0) return true;
+        }
+        uint64_t now = mono_ms();
+        if (now >= end) return false;
+        struct pollfd p = {k->report, POLLIN, 0};
+        if (poll(&p, 1, (int)(end - now)) <= 0) return false;
+        ssize_t got = read(k->report, k->out + k->len, sizeof k->out - 1 - k->len);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return until == NULL;
+        k->len += (size_t)got;
+    }
+}
+
+static const char *kid_field(const struct kid *k, const char *key, char *buf, size_t len) {
+    size_t kl = strlen(key);
+    buf[0] = '\0';
+    for (const char *l = k->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, key, kl) == 0 && l[kl] == '=') {
+            size_t n = strcspn(l + kl + 1, "\n");
+            snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), l + kl + 1);
+            break;
+        }
+    return buf;
+}
+
+static int kid_end(struct kid *k) {
+    close(k->hold);
+    int st = -1;
+    waitpid(k->pid, &st, 0);
+    close(k->report);
+    return st;
+}
+
+#define HARNESS_FAIL(...)                                                                          \
+    do {                                                                                           \
+        printf("error=");                                                                          \
+        printf(__VA_ARGS__);                                                                       \
+        printf("\n");                                                                              \
+        fflush(stdout);                                                                            \
+        _exit(1);                                                                                  \
+    } while (0)
+
+static void start_and_wait(struct kid *k, const char *role, bool new_pidns, const char *until) {
+    if (!spawn(k, role, new_pidns)) HARNESS_FAIL("cannot start %s: %s", role, strerror(errno));
+    if (!read_report(k, until))
+        HARNESS_FAIL("%s: no report (%s so far)", role, k->len ? k->out : "nothing");
+    char err[256];
+    if (*kid_field(k, "error", err, sizeof err)) HARNESS_FAIL("%s: %s", role, err);
+}
+
+static void harness_fork_exit(void) {
+    struct kid s;
+    start_and_wait(&s, "fork_exit", false, NULL);
+    int st = kid_end(&s);
+    char child[256], self[256], cst[32];
+    kid_field(&s, "child", child, sizeof child);
+    kid_field(&s, "self", self, sizeof self);
+    if (!*child || !*self) HARNESS_FAIL("report: %s (status %#x)", s.out, st);
+    printf("child=%s\nchild_status=%s\nchild_left=%d\nself=%s\nself_status=%d\nself_left=%d\n",
+           child, kid_field(&s, "child_status", cst, sizeof cst), page_exists(child), self, st,
+           page_exists(self));
+}
+
+static void harness_exec(void) {
+    struct kid s;
+    start_and_wait(&s, "exec", false, NULL); /* EOF: the report pipe closed at the exec */
+    char name[256], comm[64] = "", path[64];
+    kid_field(&s, "name", name, sizeof name);
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)s.pid);
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, comm, sizeof comm - 1) : -1;
+    comm[n > 0 ? n : 0] = '\0';
+    comm[strcspn(comm, "\n")] = '\0';
+    if (fd >= 0) close(fd);
+    bool left = page_exists(name); /* the process still runs, as cat */
+    int st = kid_end(&s);
+    printf("name=%s\ncomm=%s\nleft=%d\nstatus=%d\n", name, comm, left, st);
+}
+
+static void harness_exec_fails(void) {
+    struct kid s;
+    start_and_wait(&s, "exec_fails", false, NULL);
+    int st = kid_end(&s);
+    char v[256];
+    printf("%sstatus=%d\n", s.out, st);
+    printf("left=%d\n", page_exists(kid_field(&s, "back_name", v, sizeof v)));
+}
+
+/* A page at `name` with a header of (pid, start): the kind of page a lull
+ * process that does not lock its page (an older lull) leaves. */
+static void craft_header(const char *name, uint64_t pid, uint64_t start, uid_t owner) {
+    char path[512];
+    int fd = open(shm_path(path, sizeof path, name), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) HARNESS_FAIL("create %s: %s", path, strerror(errno));
+    static struct lull_counters c;
+    memset(&c, 0, sizeof c);
+    c.magic = LULL_COUNTERS_MAGIC;
+    c.abi_version = LULL_COUNTERS_ABI_VERSION;
+    c.size = sizeof c;
+    c.pid = pid;
+    c.start_time = start;
+    if (pwrite(fd, &c, sizeof c, 0) != (ssize_t)sizeof c) HARNESS_FAIL("write %s", path);
+    if (owner != geteuid() && fchown(fd, owner, owner) != 0) HARNESS_FAIL("chown %s", path);
+    close(fd);
+}
+
+static void harness_sigkill(void) {
+    struct kid k, live, q;
+    char kname[256], lname[256], qname[256], path[512];
+    start_and_wait(&k, "hold", false, "ready=");
+    start_and_wait(&live, "hold", false, "ready=");
+    kid_field(&k, "name", kname, sizeof kname);
+    kid_field(&live, "name", lname, sizeof lname);
+    kill(k.pid, SIGKILL);
+    kid_end(&k);
+    printf("killed_left_before=%d\n", page_exists(kname));
+
+    /* what a new lull process must leave alone */
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char noheader[64], fifo[64], other[64], older[64], named[64];
+    snprintf(noheader, sizeof noheader, "/lull.%d", (int)dead); /* no header: not lull's */
+    int fd = open(shm_path(path, sizeof path, noheader), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)sizeof(struct lull_counters)) != 0)
+        HARNESS_FAIL("create %s", path);
+    close(fd);
+    snprintf(fifo, sizeof fifo, "/lull.%d", (int)dead + 1000000);
+    if (mkfifo(shm_path(path, sizeof path, fifo), 0600) != 0) HARNESS_FAIL("mkfifo %s", path);
+    /* an older lull's page (no lock) of a live process: this one */
+    snprintf(older, sizeof older, "/lull.%d", (int)getpid());
+    craft_header(older, (uint64_t)getpid(), self_start_time(getpid()), geteuid());
+    /* a stale page with a name of its own (counter_page=NAME) */
+    snprintf(named, sizeof named, "/lull.test-named-%d", (int)getpid());
+    craft_header(named, (uint64_t)dead, 12345, geteuid());
+    /* a stale page of another user */
+    bool root = geteuid() == 0;
+    snprintf(other, sizeof other, "/lull.%d", (int)dead + 2000000);
+    if (root) craft_header(other, (uint64_t)dead, 12345, 65534);
+
+    start_and_wait(&q, "hold", false, "ready=");
+    kid_field(&q, "name", qname, sizeof qname);
+    printf("killed=%s\nkilled_left=%d\nlive_left=%d\nnew_page_left=%d\n", kname, page_exists(kname),
+           page_exists(lname), page_exists(qname));
+    printf("noheader_left=%d\nfifo_left=%d\nolder_left=%d\nnamed_left=%d\nother_left=%d\n",
+           page_exists(noheader), page_exists(fifo), page_exists(older), page_exists(named),
+           root ? page_exists(other) : 1);
+    kid_end(&q);
+    kid_end(&live);
+    printf("live_left_after_exit=%d\n", page_exists(lname));
+    const char *crafted[] = {noheader, fifo, older, named, other};
+    for (size_t i = 0; i < sizeof crafted / sizeof *crafted; i++)
+        unlink(shm_path(path, sizeof path, crafted[i]));
+}
+
+static void harness_pidns(void) {
+    struct kid a, b;
+    char aname[256], bname[256], apid[16], bpid[16], path[512];
+    if (!spawn(&a, "hold", true)) {
+        printf("skip=clone(CLONE_NEWPID): %s\n", strerror(errno));
+        return;
+    }
+    if (!read_report(&a, "ready=")) HARNESS_FAIL("first: no report: %s", a.out);
+    kid_field(&a, "name", aname, sizeof aname);
+    struct stat ast, ast2, bst;
+    if (stat(shm_path(path, sizeof path, aname), &ast) != 0) HARNESS_FAIL("no page %s", aname);
+    start_and_wait(&b, "hold", true, "ready=");
+    kid_field(&b, "name", bname, sizeof bname);
+    printf("a_pid=%s\nb_pid=%s\na=%s\nb=%s\n", kid_field(&a, "pid", apid, sizeof apid),
+           kid_field(&b, "pid", bpid, sizeof bpid), aname, bname);
+    bool a_same = stat(shm_path(path, sizeof path, aname), &ast2) == 0 && ast2.st_ino == ast.st_ino;
+    bool b_there = stat(shm_path(path, sizeof path, bname), &bst) == 0;
+    printf("distinct=%d\na_intact=%d\nb_exists=%d\n", strcmp(aname, bname) != 0,
+           a_same && (!b_there || bst.st_ino != ast.st_ino), b_there);
+    int st = kid_end(&a);
+    printf("a_status=%d\na_left=%d\nb_after_a_exit=%d\n", st, page_exists(aname),
+           page_exists(bname));
+    st = kid_end(&b);
+    printf("b_status=%d\nb_left=%d\n", st, page_exists(bname));
+}
+
+__attribute__((constructor(200))) static void pages_scenario(void) {
+    const char *role = getenv("LULL_TEST_PAGES_ROLE");
+    if (role) role_main(role);
+    const char *scenario = getenv("LULL_TEST_PAGES");
+    if (!scenario) return;
+    char why[256];
+    bool isolated = private_dev_shm(why, sizeof why);
+    if (!isolated && strcmp(scenario, "pidns") == 0) {
+        printf("skip=%s\n", why);
+        fflush(stdout);
+        _exit(0);
+    }
+    printf("isolated=%d\n", isolated);
+    if (strcmp(scenario, "fork_exit") == 0) harness_fork_exit();
+    if (strcmp(scenario, "exec") == 0) harness_exec();
+    if (strcmp(scenario, "exec_fails") == 0) harness_exec_fails();
+    if (strcmp(scenario, "sigkill") == 0) harness_sigkill();
+    if (strcmp(scenario, "pidns") == 0) harness_pidns();
+    fflush(stdout);
+    _exit(0);
+}
+
+static void run_pages(const char *scenario, child_run *cr) {
+    char var[64];
+    snprintf(var, sizeof var, "LULL_TEST_PAGES=%s", scenario);
+    const char *vars[] = {var, NULL};
+    reexec_run("pages_harness", vars, scenario, 150000, cr);
+    const char *skip = strstr(cr->out, "skip=");
+    if (skip) cr_skip_test("%s", skip + 5);
+    reexec_assert_exited_0(cr, scenario);
+    cr_assert_null(strstr(cr->out, "error="), "%s: %s\nstderr: %s", scenario, cr->out, cr->err);
+}
+
+/* Python multiprocessing pool workers and forked children end with _exit,
+ * which runs no atexit handler: their pages stayed in /dev/shm. */
+/* lull wraps _exit and the exec family where it replaces malloc (a
+ * LULL_OVERRIDE build); elsewhere such pages wait for the next sweep. */
+#ifdef LULL_OVERRIDE
+#define NEEDS_WRAPPERS()
+#else
+#define NEEDS_WRAPPERS() cr_skip_test("LULL_OVERRIDE=OFF: lull does not wrap _exit and exec")
+#endif
+
+Test(counter_page, a_fork_child_that_calls__exit_leaves_no_page, .timeout = 180) {
+    NEEDS_WRAPPERS();
+    child_run cr;
+    run_pages("fork_exit", &cr);
+    cr_assert_eq(reexec_field(&cr, "child_status"), 0, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "child_left"), 0,
+                 "the page of a fork child that called _exit after its page existed is still in "
+                 "/dev/shm:\n%s",
+                 cr.out);
+    cr_assert_eq(reexec_field(&cr, "self_left"), 0,
+                 "the page of a process that called _exit is still in /dev/shm:\n%s", cr.out);
+}
+
+Test(counter_page, exec_leaves_no_page, .timeout = 180) {
+    NEEDS_WRAPPERS();
+    child_run cr;
+    run_pages("exec", &cr);
+    cr_assert(strstr(cr.out, "comm=cat\n"), "the process did not become cat:\n%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "left"), 0,
+                 "the page of a process that exec'd /bin/cat is still in /dev/shm while it runs "
+                 "on:\n%s",
+                 cr.out);
+    cr_assert_eq(reexec_field(&cr, "status"), 0, "%s", cr.out);
+}
+
+/* An exec that fails leaves the process as it was: its page comes back (a
+ * new one, under the same name), errno is the exec's. */
+Test(counter_page, a_failed_exec_keeps_the_process_page, .timeout = 180) {
+    NEEDS_WRAPPERS();
+    child_run cr;
+    run_pages("exec_fails", &cr);
+    cr_assert_eq(reexec_field(&cr, "errno"), ENOENT, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "back"), 1, "no page after the failed exec:\n%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "back_exists"), 1, "%s", cr.out);
+    cr_assert(strstr(cr.out, "back_name=/lull."), "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "left"), 0, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "status"), 0, "%s", cr.out);
+}
+
+/* A SIGKILLed process cannot remove its page: the next lull process of the
+ * same user does, when it creates its own, and leaves everything else
+ * alone. */
+Test(counter_page, a_new_lull_process_removes_the_pages_of_killed_processes, .timeout = 180) {
+    child_run cr;
+    run_pages("sigkill", &cr);
+    cr_assert_eq(reexec_field(&cr, "killed_left_before"), 1, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "killed_left"), 0,
+                 "the page of the SIGKILLed process is still in /dev/shm after a new lull process "
+                 "created its page:\n%s",
+                 cr.out);
+    cr_assert_eq(reexec_field(&cr, "live_left"), 1, "a live process's page was removed:\n%s",
+                 cr.out);
+    cr_assert_eq(reexec_field(&cr, "new_page_left"), 1, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "noheader_left"), 1, "a header-less file was removed");
+    cr_assert_eq(reexec_field(&cr, "fifo_left"), 1, "a FIFO was removed");
+    cr_assert_eq(reexec_field(&cr, "older_left"), 1,
+                 "an unlocked page of a live process (an older lull's) was removed");
+    cr_assert_eq(reexec_field(&cr, "named_left"), 1, "a named page was removed by the sweep");
+    cr_assert_eq(reexec_field(&cr, "other_left"), 1, "another user's page was removed");
+    cr_assert_eq(reexec_field(&cr, "live_left_after_exit"), 0, "%s", cr.out);
+}
+
+/* Two lull processes that are both pid 1, each in a PID namespace of its
+ * own, share /dev/shm: the second removed the first one's live page as
+ * stale (pid 1 of its own namespace is not the first one), and the first
+ * one's exit removed the second one's page. */
+Test(counter_page, pid_namespaces_do_not_clobber_each_others_pages, .timeout = 180) {
+    child_run cr;
+    run_pages("pidns", &cr);
+    cr_assert_eq(reexec_field(&cr, "a_pid"), 1, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "b_pid"), 1, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "distinct"), 1, "both pid 1 processes got the same name:\n%s",
+                 cr.out);
+    cr_assert_eq(reexec_field(&cr, "a_intact"), 1,
+                 "the first process's page was replaced when the second created its own:\n%s",
+                 cr.out);
+    cr_assert_eq(reexec_field(&cr, "b_exists"), 1, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "b_after_a_exit"), 1,
+                 "the first process's exit removed the second one's page:\n%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "a_left"), 0, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "b_left"), 0, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "a_status"), 0, "%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "b_status"), 0, "%s", cr.out);
 }

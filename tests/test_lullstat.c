@@ -13,13 +13,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,12 +56,26 @@ static void sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
+/* A mount namespace of this test's own (Criterion runs each test in a
+ * process of its own) with a private tmpfs over /dev/shm, when it may: the
+ * pages a test crafts are then out of reach of the lull processes that run
+ * on the machine meanwhile (each removes the stale pages it finds when it
+ * creates its own), and the test's lullstat --list and --clean see its
+ * pages alone. Without the privilege the test runs on the shared one. */
+static bool isolate_dev_shm(void) {
+    return unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+           mount("lulltest", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=1777") == 0;
+}
+
+static bool isolated;
+
 /* Keep the library's own page out of the way (see test_counter_page.c);
  * run with LULL_COUNTER_PAGE=off. */
 static void fresh(void) {
     __atomic_store_n(&lull_config.counter_page, false,
                      __ATOMIC_RELAXED); /* the reclaim thread reads it */
     counter_page_close();
+    isolated = isolate_dev_shm();
     if (access(lullstat_path(), X_OK) != 0)
         cr_assert_fail("lullstat not found at %s (build tools/ first, or set LULLSTAT)",
                        lullstat_path());
@@ -868,4 +886,160 @@ Test(lullstat, control_characters_are_escaped) {
     snprintf(want, sizeof want, "/lull.test\\x1b[2J-%d", (int)getpid());
     assert_contains(l->out, want);
     assert_contains(l->out, "ev\\x1b[31mil");
+}
+
+/* ------------------------------------------------ PID namespaces */
+
+/* A publisher that is pid 1 of a PID namespace of its own: this program
+ * again (LULL_TEST_LULLSTAT_ROLE=publisher), started by a raw clone with
+ * CLONE_NEWPID, so that it is a lull process of its own. It opens its page,
+ * publishes the sample, says "ready" on fd 3 and holds until its stdin
+ * closes. */
+__attribute__((constructor(200))) static void lullstat_role(void) {
+    const char *role = getenv("LULL_TEST_LULLSTAT_ROLE");
+    if (!role || strcmp(role, "publisher") != 0) return;
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    int rc = counter_page_open(NULL);
+    if (rc == 0) counter_page_publish(&c);
+    dprintf(3, "rc=%d\npid=%d\nname=%s\n", rc, (int)getpid(),
+            counter_page_name() ? counter_page_name() : "");
+    close(3);
+    char b;
+    while (read(0, &b, 1) > 0) {
+    }
+    exit(0);
+}
+
+struct ns_publisher {
+    pid_t pid; /* as this test sees it */
+    int hold;
+    char report[512];
+};
+
+/* false if a PID namespace cannot be made here */
+static bool start_ns_publisher(struct ns_publisher *p) {
+    static char *envp[512];
+    size_t n = 0;
+    for (char **e = environ; *e && n < 510; e++)
+        envp[n++] = *e;
+    envp[n++] = "LULL_TEST_LULLSTAT_ROLE=publisher";
+    envp[n] = NULL;
+    int r[2], h[2];
+    cr_assert_eq(pipe2(r, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(h, O_CLOEXEC), 0);
+    fflush(NULL);
+    p->pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+    if (p->pid < 0) {
+        close(r[0]), close(r[1]), close(h[0]), close(h[1]);
+        return false;
+    }
+    if (p->pid == 0) {
+        dup2(h[0], 0);
+        dup2(r[1], 3);
+        char *const argv[] = {"ns_publisher", NULL};
+        execve("/proc/self/exe", argv, envp);
+        _exit(127);
+    }
+    close(r[1]);
+    close(h[0]);
+    p->hold = h[1];
+    size_t len = 0;
+    for (;;) { /* until EOF: the publisher closes fd 3 once it has said all */
+        struct pollfd pf = {r[0], POLLIN, 0};
+        cr_assert_eq(poll(&pf, 1, 60000), 1, "no word from the publisher in its PID namespace");
+        ssize_t got = read(r[0], p->report + len, sizeof p->report - 1 - len);
+        if (got <= 0) break;
+        len += (size_t)got;
+    }
+    p->report[len] = '\0';
+    close(r[0]);
+    cr_assert(strstr(p->report, "rc=0\n"), "the publisher could not open its page: %s", p->report);
+    return true;
+}
+
+/* lullstat PID takes PID as this lullstat's /proc shows it: for a process
+ * in another PID namespace (pid 1 there) it finds the page under the name
+ * that process gave it, lull.<its pid>.<its namespace>. --list says it is
+ * alive, and --clean leaves it; once the process is killed, the page is
+ * stale and --clean removes it. (lullstat looked for lull.<PID>, found
+ * nothing, and --clean took the live page of a pid 1 for stale: /proc/1 is
+ * another process.) */
+Test(lullstat, a_process_in_another_pid_namespace_is_found_by_its_pid) {
+    fresh();
+    if (!isolated) cr_skip_test("no mount namespace of our own (needs CAP_SYS_ADMIN)");
+    struct ns_publisher p;
+    if (!start_ns_publisher(&p)) cr_skip_test("clone(CLONE_NEWPID): %s", strerror(errno));
+    cr_assert(strstr(p.report, "pid=1\n"), "%s", p.report);
+    const char *nm = strstr(p.report, "name=");
+    cr_assert(nm);
+    char name[128];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(nm + 6, "\n"), nm + 6); /* without '/' */
+    cr_assert(strncmp(name, "lull.1.", 7) == 0, "page name %s", name);
+    char pid[16];
+    pidstr(pid, p.pid);
+
+    struct run *r = LULLSTAT(pid);
+    cr_assert_eq(r->status, LS_OK, "lullstat %s: status %d: %s", pid, r->status, r->err);
+    assert_contains(r->out, "123456789");
+    assert_contains(r->out, name);
+    char want[64];
+    snprintf(want, sizeof want, "pid %s", pid);
+    assert_contains(r->out, want);
+    cr_assert_null(strstr(r->out, "exited"), "%s", r->out);
+    r = LULLSTAT("--json", pid);
+    cr_assert_eq(r->status, LS_OK, "%s", r->err);
+    assert_contains(r->out, "\"alive\":true");
+
+    r = LULLSTAT("--list");
+    cr_assert_eq(r->status, LS_OK);
+    char *at = strstr(r->out, name);
+    cr_assert(at, "page not listed:\n%s", r->out);
+    char *eol = strchr(at, '\n');
+    cr_assert(strstr(at, "alive") && strstr(at, "alive") < eol, "%s", r->out);
+    cr_assert(strstr(at, pid) && strstr(at, pid) < eol, "the pid as we see it is not listed:\n%s",
+              r->out);
+
+    r = LULLSTAT("--clean");
+    cr_assert_eq(r->status, LS_OK, "%s", r->err);
+    cr_assert(shm_exists(name),
+              "--clean removed the live page of a process in another PID "
+              "namespace:\n%s",
+              r->out);
+
+    kill(p.pid, SIGKILL);
+    waitpid(p.pid, NULL, 0);
+    close(p.hold);
+    cr_assert(shm_exists(name));
+    r = LULLSTAT("--list");
+    at = strstr(r->out, name);
+    cr_assert(at, "%s", r->out);
+    eol = strchr(at, '\n');
+    cr_assert(strstr(at, "stale") && strstr(at, "stale") < eol, "%s", r->out);
+    r = LULLSTAT("--clean");
+    cr_assert_eq(r->status, LS_OK, "%s", r->err);
+    cr_assert(!shm_exists(name), "--clean left the page of a killed process:\n%s", r->out);
+}
+
+/* The same in a normal process, and a named page: a writer killed with
+ * SIGKILL leaves a page nobody holds; --list says stale, --clean removes
+ * it, by pid or all at once. */
+Test(lullstat, a_killed_writers_page_is_stale_and_cleaned) {
+    fresh();
+    static struct lull_counters c;
+    fill_sample(&c, true);
+    struct publisher p = start_publisher(&c);
+    char name[64], pid[16];
+    snprintf(name, sizeof name, "lull.%d", (int)p.pid);
+    pidstr(pid, p.pid);
+    kill(p.pid, SIGKILL);
+    waitpid(p.pid, NULL, 0);
+    cr_assert(shm_exists(name));
+    struct run *r = LULLSTAT("--list");
+    char *at = strstr(r->out, name);
+    cr_assert(at, "%s", r->out);
+    cr_assert(strstr(at, "stale") && strstr(at, "stale") < strchr(at, '\n'), "%s", r->out);
+    r = LULLSTAT("--clean", pid);
+    cr_assert_eq(r->status, LS_OK, "%s", r->err);
+    cr_assert(!shm_exists(name), "%s", r->out);
 }

@@ -17,11 +17,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lull.h"
 #include "numa/bind.h"
 #include "numa/home_node.h"
 #include "numa/topology.h"
 #include "src/config.h"
 #include "src/fault.h"
+#include "tests/support/reexec.h"
 
 /* Distances from row to column; asymmetric on purpose (d[0][1] = 30 but
  * d[1][0] = 15), with a tie in row 1 (nodes 0 and 3 both at 15). */
@@ -491,4 +493,110 @@ Test(numa_topology, segment_hook_and_stats) {
     cr_assert_eq(after.last_error, -EINVAL);
     lull_config.numa = LULL_NUMA_LOCAL;
     munmap(p, len);
+}
+
+/* ------------------------------------------- numa_nodes that do not exist */
+
+/* numa=bind or interleave with numa_nodes naming a node this machine does
+ * not have (a configuration written for a bigger machine): one message at
+ * start naming the node and what lull does instead. The nodes that exist
+ * stay in force; when none is left, numa_nodes is the default (every node).
+ * The scenario runs in a new process (its LULL_CONF is read at start): it
+ * prints the node mask in force and allocates and touches memory. */
+__attribute__((constructor(200))) static void numa_nodes_probe(void) {
+    if (!getenv("LULL_TEST_NUMA_NODES_PROBE")) return;
+    size_t len = 64 << 20;
+    char *p = lull_malloc(len);
+    if (p) memset(p, 1, len);
+    printf("numa_nodes=%llu\nnuma=%d\nalloc_ok=%d\n", (unsigned long long)lull_config.numa_nodes,
+           (int)lull_config.numa, p != NULL);
+    lull_free(p);
+    fflush(stdout);
+    _exit(0);
+}
+
+static int lines_with(const char *s, const char *what) {
+    int n = 0;
+    for (const char *l = s; *l;) {
+        const char *eol = strchr(l, '\n');
+        size_t len = eol ? (size_t)(eol - l) : strlen(l);
+        const char *hit = strstr(l, what);
+        if (hit && hit < l + len) n++;
+        l += len + (eol != NULL);
+    }
+    return n;
+}
+
+/* A node id this machine does not have: 5 as in the report when it is
+ * absent, else the first absent id above it. */
+static int absent_node(void) {
+    numa_topology_inject(NULL);
+    uint64_t present = numa_topology()->node_mask;
+    for (int n = 5; n < NUMA_MAX_NODES; n++)
+        if (!(present >> n & 1)) return n;
+    return -1;
+}
+
+static int lowest_memory_node(void) {
+    uint64_t m = numa_topology()->mem_node_mask & numa_topology()->node_mask;
+    return m ? __builtin_ctzll(m) : -1;
+}
+
+Test(numa_topology, numa_nodes_naming_an_absent_node_is_reported_once, .timeout = 120) {
+    int absent = absent_node();
+    if (absent < 0) cr_skip_test("every node id from 5 to 63 is present");
+    char conf[128], want[96];
+    snprintf(conf, sizeof conf, "LULL_CONF=numa=bind,numa_nodes=%d", absent);
+    snprintf(want, sizeof want, "numa_nodes: node %d does not exist", absent);
+    const char *vars[] = {"LULL_TEST_NUMA_NODES_PROBE=1", conf, NULL};
+    child_run cr;
+    reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
+    reexec_assert_exited_0(&cr, conf);
+    cr_assert_eq(lines_with(cr.err, want), 1, "%s: want one line \"%s\"; stderr:\n%s", conf, want,
+                 cr.err);
+    cr_assert_eq(lines_with(cr.err, "lull:"), 1, "%s: one message only; stderr:\n%s", conf, cr.err);
+    cr_assert(strstr(cr.err, "uses every node"), "%s: the outcome is not said: %s", conf, cr.err);
+    cr_assert_eq(reexec_field(&cr, "numa_nodes"), 0, "%s: numa_nodes in force should be all (0)",
+                 conf);
+    cr_assert_eq(reexec_field(&cr, "numa"), LULL_NUMA_BIND);
+    cr_assert_eq(reexec_field(&cr, "alloc_ok"), 1);
+
+    /* the same with interleave, and an existing node next to the absent one:
+     * that one stays */
+    int have = lowest_memory_node();
+    cr_assert_geq(have, 0);
+    snprintf(conf, sizeof conf, "LULL_CONF=numa=interleave,numa_nodes=%d:%d", have, absent);
+    vars[1] = conf;
+    reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
+    reexec_assert_exited_0(&cr, conf);
+    cr_assert_eq(lines_with(cr.err, want), 1, "%s: want one line \"%s\"; stderr:\n%s", conf, want,
+                 cr.err);
+    cr_assert_eq(lines_with(cr.err, "lull:"), 1, "%s: stderr:\n%s", conf, cr.err);
+    char uses[48];
+    snprintf(uses, sizeof uses, "uses node %d", have);
+    cr_assert(strstr(cr.err, uses), "%s: want \"%s\" in: %s", conf, uses, cr.err);
+    cr_assert_eq(reexec_field(&cr, "numa_nodes"), 1ull << have, "%s", conf);
+    cr_assert_eq(reexec_field(&cr, "alloc_ok"), 1);
+}
+
+/* numa_nodes is used by bind and interleave only: with numa=local it is
+ * not checked (and not changed), and nodes that exist say nothing. */
+Test(numa_topology, numa_nodes_of_existing_nodes_say_nothing, .timeout = 120) {
+    int absent = absent_node();
+    int have = lowest_memory_node();
+    cr_assert_geq(have, 0);
+    char conf[128];
+    snprintf(conf, sizeof conf, "LULL_CONF=numa=bind,numa_nodes=%d", have);
+    const char *vars[] = {"LULL_TEST_NUMA_NODES_PROBE=1", conf, NULL};
+    child_run cr;
+    reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
+    reexec_assert_exited_0(&cr, conf);
+    cr_assert_eq(lines_with(cr.err, "lull:"), 0, "%s: stderr:\n%s", conf, cr.err);
+    cr_assert_eq(reexec_field(&cr, "numa_nodes"), 1ull << have);
+    if (absent < 0) return;
+    snprintf(conf, sizeof conf, "LULL_CONF=numa=local,numa_nodes=%d", absent);
+    reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
+    reexec_assert_exited_0(&cr, conf);
+    cr_assert_eq(lines_with(cr.err, "lull:"), 0, "%s: stderr:\n%s", conf, cr.err);
+    cr_assert_eq(reexec_field(&cr, "numa_nodes"), 1ull << absent);
 }

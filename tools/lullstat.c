@@ -3,6 +3,11 @@
  * Built against include/lull/counters.h only (the ABI), never the library:
  * it reads pages of any lull of the same ABI version.
  *
+ * PID is a pid as this lullstat's /proc shows it (normally its own PID
+ * namespace's view). A process in another PID namespace names its page
+ * lull.<its own pid>.<namespace inode>: lullstat finds that name from
+ * /proc/PID (the NSpid line of status, ns/pid), and prints PID.
+ *
  *   lullstat PID                 the page of PID, once
  *   lullstat -i MS [-n N] PID    one line every MS ms (vmstat style)
  *   lullstat --json PID          JSON (one object per line with -i)
@@ -34,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -94,12 +100,161 @@ static int proc_start_time(uint64_t pid, uint64_t *out) {
     return 0;
 }
 
-/* Is the writer of a page with this (pid, start_time) still running? */
+/* Is the writer of a page with this (pid, start_time) still running, as
+ * /proc shows pids? */
 static bool writer_alive(uint64_t pid, uint64_t start_time) {
     uint64_t now;
     if (pid == 0 || pid > INT_MAX) return false;
     if (proc_start_time(pid, &now) != 0) return false;
     return start_time == 0 || now == start_time; /* 0: the writer could not read its own */
+}
+
+/* ------------------------------------------------------ PID namespaces */
+
+/* The inode of the initial PID namespace (PROC_PID_INIT_INO): its
+ * processes' pages keep the plain name lull.<pid>. */
+#define PIDNS_INIT UINT64_C(0xEFFFFFFC)
+
+/* The PID namespace of /proc/WHO ("self" or a pid): its inode, 0 if it
+ * cannot be read (no such process, or not ours to inspect). */
+static uint64_t pidns_of(const char *who) {
+    char path[NAME_MAX + 32];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%s/ns/pid", who);
+    return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static uint64_t own_pidns(void) {
+    static uint64_t ns = 1;
+    if (ns == 1) ns = pidns_of("self");
+    return ns;
+}
+
+/* The pid of /proc/PID in its own PID namespace: the last number of the
+ * NSpid line of its status (PID itself on kernels without the line). */
+static bool proc_ns_pid(uint64_t pid, uint64_t *out) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%" PRIu64 "/status", pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return false;
+    *out = pid;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "NSpid:", 6) != 0) continue;
+        char *p = line + 6, *end;
+        for (;;) {
+            errno = 0;
+            unsigned long long v = strtoull(p, &end, 10);
+            if (end == p || errno) break;
+            *out = v;
+            p = end;
+        }
+        break;
+    }
+    fclose(f);
+    return true;
+}
+
+/* The default page name of the process /proc/PID ("/lull.1234", or
+ * "/lull.1.4026532178" in another PID namespace), and its pid there. */
+static void default_page_name(uint64_t pid, char *buf, size_t len, uint64_t *ns_pid) {
+    char who[24];
+    snprintf(who, sizeof who, "%" PRIu64, pid);
+    uint64_t ns = pidns_of(who);
+    *ns_pid = pid;
+    if (ns && ns != PIDNS_INIT && proc_ns_pid(pid, ns_pid))
+        snprintf(buf, len, "%s%" PRIu64 ".%" PRIu64, LULL_COUNTERS_NAME_PREFIX, *ns_pid, ns);
+    else
+        snprintf(buf, len, "%s%" PRIu64, LULL_COUNTERS_NAME_PREFIX, pid);
+}
+
+/* What a page's name says (name without the leading '/'): lull.<pid> a
+ * page of the initial PID namespace (or of a lull that did not name
+ * namespaces), lull.<pid>.<ns> one of PID namespace ns (*ns), written by a
+ * lull that locks its page; anything else a name given by counter_page=. */
+enum name_kind { NAME_PLAIN, NAME_PIDNS, NAME_OTHER };
+
+static bool all_digits(const char *s, size_t n) {
+    if (n == 0 || n > 20) return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+static enum name_kind name_kind_of(const char *name, uint64_t *ns) {
+    *ns = 0;
+    if (name[0] == '/') name++;
+    if (strncmp(name, "lull.", 5) != 0) return NAME_OTHER;
+    const char *p = name + 5, *dot = strchr(p, '.');
+    if (!dot) return all_digits(p, strlen(p)) ? NAME_PLAIN : NAME_OTHER;
+    if (!all_digits(p, (size_t)(dot - p)) || !all_digits(dot + 1, strlen(dot + 1)))
+        return NAME_OTHER;
+    *ns = strtoull(dot + 1, NULL, 10);
+    return NAME_PIDNS;
+}
+
+/* The pid, as /proc shows it, of the process that is pid ns_pid in PID
+ * namespace ns; 0 if none is visible. One walk of /proc, kept. */
+static uint64_t view_pid_of(uint64_t ns, uint64_t ns_pid) {
+    static struct { uint64_t ns, ns_pid, pid; } * procs;
+    static size_t count;
+    static bool walked;
+    if (!walked) {
+        walked = true;
+        size_t cap = 0;
+        DIR *d = opendir("/proc");
+        for (struct dirent *de; d && (de = readdir(d));) {
+            uint64_t pid, pns, npid;
+            char *end;
+            pid = strtoull(de->d_name, &end, 10);
+            if (*end || end == de->d_name) continue;
+            pns = pidns_of(de->d_name);
+            if (!pns || pns == PIDNS_INIT || !proc_ns_pid(pid, &npid)) continue;
+            if (count == cap) {
+                cap = cap ? cap * 2 : 64;
+                void *n = realloc(procs, cap * sizeof *procs);
+                if (!n) break;
+                procs = n;
+            }
+            procs[count].ns = pns;
+            procs[count].ns_pid = npid;
+            procs[count++].pid = pid;
+        }
+        if (d) closedir(d);
+    }
+    for (size_t i = 0; i < count; i++)
+        if (procs[i].ns == ns && procs[i].ns_pid == ns_pid) return procs[i].pid;
+    return 0;
+}
+
+/* ------------------------------------------------------------- liveness */
+
+/* Every lull that writes a page holds an exclusive flock on it (through
+ * its mapping) from before the header is written until its process exits,
+ * execs or is killed, when the kernel drops it, in any PID namespace. 1 the
+ * page is locked, 0 not, -1 cannot tell. */
+static int page_locked(int fd) {
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+        flock(fd, LOCK_UN);
+        return 0;
+    }
+    return errno == EWOULDBLOCK ? 1 : -1;
+}
+
+enum writer { WRITER_ALIVE, WRITER_GONE, WRITER_UNKNOWN };
+
+/* The writer of a page: alive if the page is locked. An unlocked page
+ * named for a PID namespace is stale (lull locks every such page). Other
+ * unlocked pages may be an older lull's, which did not lock: judged by the
+ * header's (pid, start time) as /proc shows pids, which is meaningful for a
+ * plain name only in the initial PID namespace. (The rule lull itself
+ * applies, src/counter_page.c.) */
+static enum writer writer_of(int locked, enum name_kind kind, uint64_t pid, uint64_t start) {
+    if (locked == 1) return WRITER_ALIVE;
+    if (locked < 0) return WRITER_UNKNOWN;
+    if (kind == NAME_PIDNS) return WRITER_GONE;
+    if (kind == NAME_PLAIN && own_pidns() != PIDNS_INIT) return WRITER_UNKNOWN;
+    if (access("/proc/self/stat", R_OK) != 0) return WRITER_UNKNOWN; /* no /proc to judge by */
+    return writer_alive(pid, start) ? WRITER_ALIVE : WRITER_GONE;
 }
 
 /* s for a terminal, into buf: printable ASCII as it is, a backslash as
@@ -145,7 +300,11 @@ struct page {
     char shown[ESCAPED_LEN(256)]; /* the name as printed (escaped) */
     const volatile struct lull_counters *map;
     size_t len;
+    int fd;                   /* kept open: its lock tells whether the writer lives */
+    enum name_kind kind;      /* what the name says */
+    uint64_t ns;              /* the PID namespace the name gives (NAME_PIDNS) */
     uint64_t pid, start_time; /* the header's, read when the page was opened */
+    uint64_t view_pid;        /* the writer's pid as /proc shows it; 0 unknown */
 };
 
 /* A page is a file anyone with write access can truncate while it is
@@ -179,6 +338,12 @@ static int page_truncated(const struct page *pg) {
 static void page_unmap(struct page *pg) {
     if (pg->map) munmap((void *)pg->map, pg->len);
     pg->map = NULL;
+    if (pg->fd >= 0) close(pg->fd);
+    pg->fd = -1;
+}
+
+static enum writer page_writer(const struct page *pg) {
+    return writer_of(page_locked(pg->fd), pg->kind, pg->pid, pg->start_time);
 }
 
 static int header_ok(const struct page *pg, uint64_t magic, uint64_t version, uint64_t size,
@@ -211,8 +376,10 @@ static const char *file_kind(mode_t mode) {
 /* Map the page `name` read-only and check its header. */
 static int page_open(struct page *pg, const char *name) {
     memset(pg, 0, sizeof *pg);
+    pg->fd = -1;
     snprintf(pg->name, sizeof pg->name, "%s%s", name[0] == '/' ? "" : "/", name);
     escape(pg->shown, sizeof pg->shown, pg->name);
+    pg->kind = name_kind_of(pg->name, &pg->ns);
     /* O_NONBLOCK: a FIFO at the name (anyone can make one at the
      * predictable lull.PID) must not block the open; O_NOFOLLOW: nor may a
      * symbolic link lead elsewhere */
@@ -253,12 +420,13 @@ static int page_open(struct page *pg, const char *name) {
     pg->len = fsize < sizeof(struct lull_counters) ? fsize : sizeof(struct lull_counters);
     void *m = mmap(NULL, pg->len, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
-    close(fd);
     if (m == MAP_FAILED) {
+        close(fd);
         err("%s: mmap: %s", pg->shown, strerror(e));
         return EX_FAIL;
     }
     pg->map = m;
+    pg->fd = fd;
     if (sigsetjmp(bus_env, 1)) {
         bus_armed = 0;
         page_unmap(pg);
@@ -278,6 +446,8 @@ static int page_open(struct page *pg, const char *name) {
     pg->pid = pg->map->pid;
     pg->start_time = pg->map->start_time;
     bus_armed = 0;
+    /* a page of another PID namespace: its writer's pid as we see it */
+    pg->view_pid = pg->kind == NAME_PIDNS ? view_pid_of(pg->ns, pg->pid) : pg->pid;
     int rc = header_ok(pg, magic, version, size, fsize);
     if (rc != EX_OK) page_unmap(pg);
     return rc;
@@ -427,15 +597,29 @@ static uint64_t term(const struct lull_counters_accounting *a, size_t i) {
     return v;
 }
 
-static void print_text(const struct page *pg, const struct lull_counters *c, bool stale) {
-    char comm[ESCAPED_LEN(64)], h[32], lbl[24];
-    bool alive = writer_alive(c->pid, c->start_time);
-    if (alive)
-        proc_comm(c->pid, comm, sizeof comm);
+/* "pid 1234" as /proc shows it, and the writer's own pid when it differs
+ * (a process of another PID namespace). */
+static const char *pid_text(char *buf, size_t len, const struct page *pg) {
+    if (pg->view_pid == pg->pid)
+        snprintf(buf, len, "pid %" PRIu64, pg->pid);
+    else if (pg->view_pid)
+        snprintf(buf, len, "pid %" PRIu64 " (pid %" PRIu64 " in PID namespace %" PRIu64 ")",
+                 pg->view_pid, pg->pid, pg->ns);
     else
-        snprintf(comm, sizeof comm, "%s", "exited");
-    printf("lull counter page %s  pid %" PRIu64 " (%s)  abi %" PRIu64 "%s\n", pg->shown, c->pid,
-           comm, c->abi_version, stale ? "  STALE" : "");
+        snprintf(buf, len, "pid %" PRIu64 " in PID namespace %" PRIu64 " (not visible here)",
+                 pg->pid, pg->ns);
+    return buf;
+}
+
+static void print_text(const struct page *pg, const struct lull_counters *c, bool stale) {
+    char comm[ESCAPED_LEN(64)], h[32], lbl[24], pid[96];
+    bool alive = page_writer(pg) != WRITER_GONE;
+    if (alive && pg->view_pid)
+        proc_comm(pg->view_pid, comm, sizeof comm);
+    else
+        snprintf(comm, sizeof comm, "%s", alive ? "-" : "exited");
+    printf("lull counter page %s  %s (%s)  abi %" PRIu64 "%s\n", pg->shown,
+           pid_text(pid, sizeof pid, pg), comm, c->abi_version, stale ? "  STALE" : "");
     if (c->seq == 0) {
         printf("nothing published yet\n");
         return;
@@ -586,13 +770,16 @@ static void print_json(const struct page *pg, const struct lull_counters *c, boo
     FILE *f = stdout;
     fprintf(f, "{\"page\":");
     json_string(f, pg->name);
+    /* pid: as /proc shows it (0: not visible here); ns_pid: the writer's
+     * own, in its PID namespace (the page header's) */
     fprintf(f,
-            ",\"abi_version\":%" PRIu64 ",\"pid\":%" PRIu64 ",\"start_time\":%" PRIu64
-            ",\"alive\":%s,\"stale\":%s,\"seq\":%" PRIu64 ",\"publish_mono_ns\":%" PRIu64
-            ",\"publish_real_ns\":%" PRIu64 ",\"flags\":%" PRIu64 ",\"page_size\":%" PRIu64,
-            c->abi_version, c->pid, c->start_time,
-            writer_alive(c->pid, c->start_time) ? "true" : "false", stale ? "true" : "false",
-            c->seq, c->publish_mono_ns, c->publish_real_ns, c->flags, c->page_size);
+            ",\"abi_version\":%" PRIu64 ",\"pid\":%" PRIu64 ",\"ns_pid\":%" PRIu64
+            ",\"start_time\":%" PRIu64 ",\"alive\":%s,\"stale\":%s,\"seq\":%" PRIu64
+            ",\"publish_mono_ns\":%" PRIu64 ",\"publish_real_ns\":%" PRIu64 ",\"flags\":%" PRIu64
+            ",\"page_size\":%" PRIu64,
+            c->abi_version, pg->view_pid, c->pid, c->start_time,
+            page_writer(pg) == WRITER_ALIVE ? "true" : "false", stale ? "true" : "false", c->seq,
+            c->publish_mono_ns, c->publish_real_ns, c->flags, c->page_size);
     fprintf(f, ",\"accounting\":{");
     json_accounting(f, &c->total);
     fprintf(f, "},\"identity_ok\":%s,\"nodes\":[", all_identities_ok(c) ? "true" : "false");
@@ -661,9 +848,9 @@ static const char *strip_bytes(const char *s) {
     return strncmp(s, "bytes ", 6) == 0 ? s + 6 : s;
 }
 
-static void print_prom(const struct lull_counters *c) {
+static void print_prom(const struct page *pg, const struct lull_counters *c) {
     char pid[32], lbl[24];
-    snprintf(pid, sizeof pid, "pid=\"%" PRIu64 "\"", c->pid);
+    snprintf(pid, sizeof pid, "pid=\"%" PRIu64 "\"", pg->view_pid ? pg->view_pid : c->pid);
 
     prom_head("info", "gauge",
               "lull counter page: ABI version, purge backend and mechanisms in use");
@@ -851,8 +1038,14 @@ struct entry {
     char shown[ESCAPED_LEN(NAME_MAX + 2)]; /* as printed (escaped) */
     bool readable;
     bool counter_page; /* magic ok */
-    uint64_t pid, start_time, version;
+    int locked;        /* page_locked() when it was read */
+    enum name_kind kind;
+    uint64_t ns;                       /* NAME_PIDNS: the namespace */
+    uint64_t pid, start_time, version; /* the header's */
+    uint64_t view_pid;                 /* pid as /proc shows it; 0 unknown */
     uid_t uid;
+    dev_t dev;
+    ino_t ino;
     time_t mtime;
     int open_errno;
 };
@@ -877,19 +1070,26 @@ static size_t scan_pages(struct entry **out) {
         snprintf(e.name, sizeof e.name, "/%s", de->d_name);
         escape(e.shown, sizeof e.shown, e.name);
         e.uid = st.st_uid;
+        e.dev = st.st_dev;
+        e.ino = st.st_ino;
         e.mtime = st.st_mtime;
+        e.locked = -1;
+        e.kind = name_kind_of(de->d_name, &e.ns);
         int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd >= 0) {
             uint64_t hdr[5] = {0};
-            e.readable = true;
-            if (pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
+            struct stat fst;
+            e.readable = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode);
+            if (e.readable && pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
                 hdr[0] == LULL_COUNTERS_MAGIC) {
                 e.counter_page = true;
                 e.version = hdr[1];
                 e.pid = hdr[3];
                 e.start_time = hdr[4];
             }
+            if (e.readable) e.locked = page_locked(fd);
             close(fd);
+            if (!e.readable) continue; /* replaced by something else meanwhile */
         } else {
             e.open_errno = errno;
         }
@@ -897,8 +1097,9 @@ static size_t scan_pages(struct entry **out) {
         if (!e.counter_page) { /* unreadable or not initialised: pid from the name */
             char *end;
             unsigned long long v = strtoull(de->d_name + 5, &end, 10);
-            e.pid = (by_name && *end == '\0') ? v : 0;
+            e.pid = (by_name && (*end == '\0' || e.kind == NAME_PIDNS)) ? v : 0;
         }
+        e.view_pid = e.kind == NAME_PIDNS ? view_pid_of(e.ns, e.pid) : e.pid;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
             struct entry *ne = realloc(*out, cap * sizeof **out);
@@ -914,10 +1115,16 @@ static size_t scan_pages(struct entry **out) {
 enum state { ST_ALIVE, ST_STALE, ST_UNKNOWN };
 
 static enum state entry_state(const struct entry *e) {
-    if (e->counter_page) return writer_alive(e->pid, e->start_time) ? ST_ALIVE : ST_STALE;
+    if (e->counter_page) {
+        enum writer w = writer_of(e->locked, e->kind, e->pid, e->start_time);
+        return w == WRITER_ALIVE ? ST_ALIVE : w == WRITER_GONE ? ST_STALE : ST_UNKNOWN;
+    }
+    if (e->locked == 1) return ST_ALIVE; /* a writer is creating it */
     /* Not readable, or no header (yet): judge by the pid in the name. */
     uint64_t st;
-    if (e->pid && proc_start_time(e->pid, &st) == -ESRCH) return ST_STALE;
+    if (e->kind == NAME_PLAIN && own_pidns() == PIDNS_INIT && e->pid &&
+        proc_start_time(e->pid, &st) == -ESRCH)
+        return ST_STALE;
     return ST_UNKNOWN;
 }
 
@@ -930,6 +1137,8 @@ static int do_list(void) {
     struct entry *es;
     size_t n = scan_pages(&es);
     qsort(es, n, sizeof *es, cmp_entry);
+    /* PID as /proc shows it ("-": a process of another PID namespace that
+     * cannot be seen from here) */
     printf("%-24s %8s %-7s %4s %-10s %s\n", "PAGE", "PID", "STATE", "ABI", "USER", "COMMAND");
     for (size_t i = 0; i < n; i++) {
         const struct entry *e = &es[i];
@@ -940,7 +1149,7 @@ static int do_list(void) {
             snprintf(user, sizeof user, "%s", pw->pw_name);
         else
             snprintf(user, sizeof user, "%u", (unsigned)e->uid);
-        if (s == ST_ALIVE) proc_comm(e->pid, comm, sizeof comm);
+        if (s == ST_ALIVE && e->view_pid) proc_comm(e->view_pid, comm, sizeof comm);
         if (e->counter_page) snprintf(abi, sizeof abi, "%" PRIu64, e->version);
         const char *state = s == ST_ALIVE ? "alive" : s == ST_STALE ? "stale" : "?";
         char note[64] = "";
@@ -948,27 +1157,48 @@ static int do_list(void) {
             snprintf(note, sizeof note, " (%s)", strerror(e->open_errno));
         else if (!e->counter_page)
             snprintf(note, sizeof note, " (no header)");
-        printf("%-24s %8" PRIu64 " %-7s %4s %-10s %s%s\n", e->shown, e->pid, state, abi, user, comm,
-               note);
+        char pid[24] = "-";
+        if (e->view_pid) snprintf(pid, sizeof pid, "%" PRIu64, e->view_pid);
+        printf("%-24s %8s %-7s %4s %-10s %s%s\n", e->shown, pid, state, abi, user, comm, note);
     }
     free(es);
     return EX_OK;
 }
 
-/* Is entry e one of the pages named on the command line (a pid or a name)? */
-static bool clean_selected(const struct entry *e, char **sel, int nsel, bool *found) {
-    for (int i = 0; i < nsel; i++) {
-        char want[NAME_MAX + 2];
-        uint64_t pid;
-        if (parse_u64(sel[i], &pid))
-            snprintf(want, sizeof want, "%s%" PRIu64, LULL_COUNTERS_NAME_PREFIX, pid);
-        else
-            snprintf(want, sizeof want, "%s%s", sel[i][0] == '/' ? "" : "/", sel[i]);
-        if (strcmp(want, e->name) == 0) {
-            found[i] = true;
-            return true;
-        }
+/* The names a pid or name on the command line selects: a name itself; for
+ * a pid its plain page name, the name a process of this lullstat's PID
+ * namespace with that pid would have, and the default page name of the
+ * process /proc/PID if it runs. */
+struct wanted {
+    char names[3][NAME_MAX + 2];
+};
+
+static void clean_wanted(const char *sel, struct wanted *w) {
+    uint64_t pid, ns_pid;
+    memset(w, 0, sizeof *w);
+    if (!parse_u64(sel, &pid)) {
+        snprintf(w->names[0], sizeof w->names[0], "%s%s", sel[0] == '/' ? "" : "/", sel);
+        return;
     }
+    snprintf(w->names[0], sizeof w->names[0], "%s%" PRIu64, LULL_COUNTERS_NAME_PREFIX, pid);
+    uint64_t ns = own_pidns();
+    if (ns && ns != PIDNS_INIT)
+        snprintf(w->names[1], sizeof w->names[1], "%s%" PRIu64 ".%" PRIu64,
+                 LULL_COUNTERS_NAME_PREFIX, pid, ns);
+    uint64_t st;
+    if (proc_start_time(pid, &st) == 0)
+        default_page_name(pid, w->names[2], sizeof w->names[2], &ns_pid);
+}
+
+/* Is entry e one of the pages named on the command line (a pid or a name)? */
+static bool clean_selected(const struct entry *e, const struct wanted *want, int nsel,
+                           bool *found) {
+    for (int i = 0; i < nsel; i++)
+        for (int j = 0; j < 3; j++)
+            if (want[i].names[j][0] && strcmp(want[i].names[j], e->name) == 0) {
+                found[i] = true;
+                return true;
+            }
     return false;
 }
 
@@ -979,20 +1209,34 @@ static int do_clean(char **sel, int nsel) {
     size_t n = scan_pages(&es);
     int rc = EX_OK, removed = 0;
     bool *found = calloc((size_t)nsel + 1, sizeof *found);
+    struct wanted *want = calloc((size_t)nsel + 1, sizeof *want);
+    if (!found || !want) {
+        err("out of memory");
+        return EX_FAIL;
+    }
+    for (int i = 0; i < nsel; i++)
+        clean_wanted(sel[i], &want[i]);
     time_t now = time(NULL);
     for (size_t i = 0; i < n; i++) {
         const struct entry *e = &es[i];
-        if (nsel && !clean_selected(e, sel, nsel, found)) continue;
+        if (nsel && !clean_selected(e, want, nsel, found)) continue;
         enum state s = entry_state(e);
         /* A lull.* object with no header is garbage once it is not brand new
-         * (a writer fills the header right after creating it). */
-        bool garbage = e->readable && !e->counter_page && now - e->mtime > 2;
+         * (a writer locks it and fills the header right after creating it). */
+        bool garbage = e->readable && !e->counter_page && e->locked == 0 && now - e->mtime > 2;
         if (s != ST_STALE && !garbage) {
             if (nsel)
                 printf("kept %s (pid %" PRIu64 ", %s)\n", e->shown, e->pid,
                        s == ST_ALIVE ? "alive" : "state unknown");
             continue;
         }
+        /* the name must still be the file judged (someone may have removed
+         * it and made another meanwhile) */
+        char path[sizeof e->name + sizeof LULL_COUNTERS_SHM_DIR];
+        struct stat now_st;
+        snprintf(path, sizeof path, "%s%s", LULL_COUNTERS_SHM_DIR, e->name);
+        if (lstat(path, &now_st) != 0 || now_st.st_dev != e->dev || now_st.st_ino != e->ino)
+            continue;
         if (shm_unlink(e->name) != 0) {
             int x = errno;
             if (x == ENOENT) continue;
@@ -1011,6 +1255,7 @@ static int do_clean(char **sel, int nsel) {
             if (rc == EX_OK) rc = EX_NOPAGE;
         }
     if (removed == 0 && nsel == 0 && rc == EX_OK) printf("no stale counter pages\n");
+    free(want);
     free(found);
     free(es);
     return rc;
@@ -1023,7 +1268,9 @@ static void usage(FILE *f) {
             "usage: %s [options] PID\n"
             "       %s [options] --name NAME\n"
             "       %s --list | --clean [PID|NAME...]\n"
-            "Print the lull counter page of a process (shm %sPID).\n"
+            "Print the lull counter page of a process. PID is a pid as this lullstat's\n"
+            "/proc shows it; the page is shm %sPID, or %sP.NS for a process of\n"
+            "another PID namespace (inode NS), in which it is pid P.\n"
             "  -i, --interval MS   one line every MS milliseconds (Ctrl-C stops)\n"
             "  -n, --count N       stop after N lines (with -i)\n"
             "  -j, --json          JSON (one object per line with -i)\n"
@@ -1037,7 +1284,7 @@ static void usage(FILE *f) {
             "  2 usage, 3 no such process, 4 no counter page,\n"
             "  5 unknown ABI version or not a counter page, 6 permission denied,\n"
             "  7 no consistent snapshot (writer stuck), 8 stale page (pid reused)\n",
-            prog, prog, prog, LULL_COUNTERS_NAME_PREFIX);
+            prog, prog, prog, LULL_COUNTERS_NAME_PREFIX, LULL_COUNTERS_NAME_PREFIX);
 }
 
 int main(int argc, char **argv) {
@@ -1121,17 +1368,23 @@ int main(int argc, char **argv) {
             err("bad pid \"%s\"", argv[optind]);
             return EX_USAGE;
         }
-        char pname[64];
-        snprintf(pname, sizeof pname, "%s%" PRIu64, LULL_COUNTERS_NAME_PREFIX, pid);
         int r = proc_start_time(pid, &start);
         if (r == -ESRCH) {
-            struct stat st;
-            char path[128];
-            snprintf(path, sizeof path, "%s/lull.%" PRIu64, LULL_COUNTERS_SHM_DIR, pid);
-            if (stat(path, &st) == 0)
+            /* its page, if it was of this namespace or the initial one */
+            struct wanted w;
+            clean_wanted(argv[optind], &w);
+            const char *left = NULL;
+            for (int j = 0; j < 2 && !left; j++) {
+                struct stat st;
+                char path[sizeof w.names[j] + sizeof LULL_COUNTERS_SHM_DIR];
+                snprintf(path, sizeof path, "%s%s", LULL_COUNTERS_SHM_DIR, w.names[j]);
+                if (w.names[j][0] && stat(path, &st) == 0) left = w.names[j];
+            }
+            char shown[ESCAPED_LEN(NAME_MAX + 2)];
+            if (left)
                 err("no such process: %" PRIu64 " (its page %s is stale: lullstat --clean removes "
                     "it)",
-                    pid, pname);
+                    pid, escape(shown, sizeof shown, left));
             else
                 err("no such process: %" PRIu64, pid);
             return EX_NOPROC;
@@ -1140,14 +1393,25 @@ int main(int argc, char **argv) {
             err("cannot read /proc/%" PRIu64 "/stat", pid);
             return EX_FAIL;
         }
+        /* the name the process gave its page: lull.<pid>, or in another PID
+         * namespace lull.<its pid there>.<namespace> */
+        char pname[96];
+        uint64_t ns_pid;
+        default_page_name(pid, pname, sizeof pname, &ns_pid);
         rc = page_open(&pg, pname);
         if (rc == EX_NOPAGE)
             err("process %" PRIu64 " has no counter page %s (not running lull, counter page off, "
                 "or a named page: see --list and --name)",
-                pid, pname);
+                pid, pg.shown);
         if (rc != EX_OK) return rc;
+        pg.view_pid = pid;
         uint64_t ppid = pg.pid, pstart = pg.start_time;
-        if (ppid != pid || (pstart != 0 && pstart != start)) {
+        /* A locked page is its live writer's: at this name, the process
+         * /proc/PID. An unlocked one (an older lull's) is judged by the
+         * header's start time. */
+        enum writer w = page_writer(&pg);
+        if (ppid != ns_pid || w == WRITER_GONE ||
+            (w != WRITER_ALIVE && pstart != 0 && pstart != start)) {
             err("%s is stale: it was written by an earlier process %" PRIu64 " (start time %" PRIu64
                 "), not the running process %" PRIu64 " (start time %" PRIu64
                 "); lullstat --clean removes it",
@@ -1159,12 +1423,13 @@ int main(int argc, char **argv) {
         rc = page_open(&pg, name);
         if (rc == EX_NOPAGE) err("no counter page %s", pg.shown);
         if (rc != EX_OK) return rc;
-        pid = pg.pid;
+        pid = pg.view_pid;
         start = pg.start_time;
-        if (!writer_alive(pid, start)) {
+        if (page_writer(&pg) == WRITER_GONE) {
             stale = true;
-            err("warning: %s is stale: process %" PRIu64 " is gone; showing its last figures",
-                pg.shown, pid);
+            char pt[96];
+            err("warning: %s is stale: process %s is gone; showing its last figures", pg.shown,
+                pid_text(pt, sizeof pt, &pg) + 4);
         }
     }
 
@@ -1175,7 +1440,7 @@ int main(int argc, char **argv) {
             if (fmt == FMT_JSON)
                 print_json(&pg, &cur, stale);
             else if (fmt == FMT_PROM)
-                print_prom(&cur);
+                print_prom(&pg, &cur);
             else
                 print_text(&pg, &cur, stale);
         }
@@ -1193,9 +1458,9 @@ int main(int argc, char **argv) {
     uint64_t lines = 0;
     rc = EX_OK;
     while (!stop) {
-        if (!stale && !writer_alive(pid, start)) {
+        if (!stale && page_writer(&pg) == WRITER_GONE) {
             fflush(stdout);
-            err("process %" PRIu64 " exited", pid);
+            err("process %" PRIu64 " exited (or replaced its program: exec)", pid);
             rc = EX_NOPROC;
             break;
         }
@@ -1204,7 +1469,7 @@ int main(int argc, char **argv) {
         if (fmt == FMT_JSON) {
             print_json(&pg, &cur, stale);
         } else if (fmt == FMT_PROM) {
-            print_prom(&cur);
+            print_prom(&pg, &cur);
             printf("\n");
         } else {
             if (lines % 20 == 0) interval_header();
