@@ -2,12 +2,17 @@
  *
  * A process running lull (with the counter page on) creates one POSIX
  * shared-memory object, by default "/lull.<pid>" (on Linux the file
- * /dev/shm/lull.<pid>), mode 0600, holding one struct lull_counters. Its
+ * /dev/shm/lull.<pid>), or "/lull.<pid>.<ns>" in a PID namespace other than
+ * the initial one (<pid> its pid there, <ns> the inode of its
+ * /proc/self/ns/pid), mode 0600, holding one struct lull_counters. Its
  * reclaim thread republishes the figures every tick; any process of the same
  * user may map the object read-only and copy a consistent snapshot with
  * lull_counters_snapshot() below. The object is removed when the process
- * exits normally; a page left by a process that was killed is "stale" and is
- * recognised by (pid, start_time) no longer naming a live process.
+ * exits (exit, quick_exit, _exit, _Exit) or execs. The writer holds an
+ * exclusive flock on the object from before magic is set until its process
+ * exits, execs or is killed: a reader that can take LOCK_SH|LOCK_NB knows a
+ * page is stale; pages of writers that do not lock (older versions) are
+ * judged by (pid, start_time) no longer naming a live process.
  *
  * This header is self-contained (C99/C11/C17 or C++11, GCC or Clang) and is
  * the only thing a reader needs: lullstat is built against it alone.
@@ -157,7 +162,7 @@ struct lull_counters {
     uint64_t magic;       /* LULL_COUNTERS_MAGIC, stored last (release) */
     uint64_t abi_version; /* LULL_COUNTERS_ABI_VERSION of the writer */
     uint64_t size;        /* sizeof(struct lull_counters) of the writer */
-    uint64_t pid;         /* process id of the writer */
+    uint64_t pid;         /* process id of the writer, in its own PID namespace */
     uint64_t start_time;  /* its start time: field 22 of /proc/<pid>/stat (clock ticks after
                            * boot); (pid, start_time) identifies the process even when the
                            * pid is reused */
