@@ -5,7 +5,7 @@
 #                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
 #
 # Scenarios: stall throughput callgrind latency burst redis hardening
-# forkexec (default: all). Allocators: glibc jemalloc mimalloc tcmalloc lull (default:
+# forkexec hugeoverload (default: all). Allocators: glibc jemalloc mimalloc tcmalloc lull (default:
 # all). lull is build/liblull.so under the repository root, or $LULL_SO; when
 # it is not there its rows say "missing" and the run goes on. With lull, burst
 # also runs lull-delay0 (the same library, LULL_CONF=purge_delay_ms=0), and
@@ -29,7 +29,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec)
+SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload)
 runs=
 redis_runs=
 quick=0
@@ -197,6 +197,13 @@ for sc in "${selected[@]}"; do
         ;;
     forkexec)
         run_interleaved forkexec forkexec 300 "$(bench_bin fork_exec)" "${q[@]}"
+        ;;
+    hugeoverload)
+        # issue 13 item 9: 3 threads, 0.5 % of operations on 20 MiB blocks,
+        # for a fixed time (60 s is the issue's goal: HUGE_OVERLOAD_SECONDS)
+        hs=${HUGE_OVERLOAD_SECONDS:-$([ $quick = 1 ] && echo 3 || echo 20)}
+        run_interleaved hugeoverload huge_overload $((hs + 120)) "$(bench_bin huge_overload)" \
+            --seconds "$hs"
         ;;
     callgrind)
         for a in "${avail[@]}"; do

@@ -1,5 +1,6 @@
 /* The cache of freed huge mappings; see huge_cache.h. */
 #include "reclaim/huge_cache.h"
+#include "reclaim/huge_queue.h"
 #include "src/config.h"
 #include "src/huge.h"
 
@@ -49,6 +50,14 @@ static void decode(uint64_t w, lull_huge_cache_entry *e) {
     e->node = (int)(w >> NODE_SHIFT & 7);
     e->usable = (size_t)(w >> PAGES_SHIFT & ((UINT64_C(1) << PAGES_BITS) - 1)) * LULL_PAGE_SIZE;
     e->h = (lull_huge *)(uintptr_t)((w >> ADDR_SHIFT) << LULL_SEGMENT_SHIFT);
+}
+
+uint64_t lull_huge_word(const lull_huge *h, int state) {
+    return encode(h, state);
+}
+
+void lull_huge_word_decode(uint64_t w, lull_huge_cache_entry *e) {
+    decode(w, e);
 }
 
 static uint64_t with_state(uint64_t w, int state) {
@@ -102,7 +111,7 @@ static bool takeable(int state) {
     return state == LULL_HC_DIRTY || state == LULL_HC_CLEAN || state == LULL_HC_LAZY;
 }
 
-lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed) {
+static lull_huge *take_cached(size_t size, int node, bool *zeroed) {
     if (!atomic_load_explicit(&cached_bytes, memory_order_relaxed)) return NULL;
     /* a lost race means another thread took that entry: look again, a
      * few times, for the next best */
@@ -113,9 +122,7 @@ lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed) {
             uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
             if (!w) continue;
             decode(w, &e);
-            /* the fit rule of the queue reuse: room, and not over half wasted */
-            if (!takeable(e.state) || e.node != node || e.usable < size || e.usable / 2 > size)
-                continue;
+            if (!takeable(e.state) || e.node != node || !lull_huge_fits(e.usable, size)) continue;
             /* the tightest fit; among equals a dirty one (resident: no faults) */
             if (!best.word || e.usable < best.usable ||
                 (e.usable == best.usable && e.state == LULL_HC_DIRTY)) {
@@ -135,6 +142,18 @@ lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed) {
         return h;
     }
     return NULL;
+}
+
+lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed) {
+    lull_huge *h = take_cached(size, node, zeroed);
+    if (h) return h;
+    /* a mapping freed while the cache was full (or off) and not yet given
+     * back: as good as cached when the cache would keep it, and taken
+     * anyway while the queue is backlogged (huge_queue.h) */
+    h = lull_huge_queue_take(size, node,
+                             __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED));
+    if (h) *zeroed = false; /* never purged: the reclaim thread purges only what it owns */
+    return h;
 }
 
 uint64_t lull_huge_cache_bytes(void) {
@@ -219,4 +238,5 @@ void lull_huge_cache_after_fork_child(void) {
         bytes += e.h->map_len; /* one thread here: nobody unmaps it meanwhile */
     }
     atomic_store_explicit(&cached_bytes, bytes, memory_order_relaxed);
+    lull_huge_queue_after_fork_child();
 }

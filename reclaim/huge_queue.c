@@ -1,19 +1,178 @@
-/* The huge-block queue; see huge_queue.h. Push-only stack plus take-all
- * exchange: no ABA, no lock. */
+/* The queue of freed huge mappings; see huge_queue.h.
+ *
+ * States of a slot word (the cache's format, reclaim/huge_cache.h: header
+ * address, node, block size in pages, state bits DIRTY):
+ *
+ *   EMPTY  (0)     no mapping
+ *   QUEUED (word)  a freed mapping, not purged, accounted as `freed`,
+ *                  owned by nobody: nobody reads or writes its header
+ *
+ * Transitions, each one compare-and-swap on the word; the thread whose CAS
+ * succeeds owns the mapping from then on, any other CAS on that word fails:
+ *
+ *   push    free(), any thread, owning h:   EMPTY  -> QUEUED
+ *   take    huge malloc, any thread:        QUEUED -> EMPTY  (the word fits;
+ *                                           huge_queue.h for which ones)
+ *   claim   the reclaim thread, oldest      QUEUED -> EMPTY  (then it caches
+ *           first, each tick:                         the mapping, or purges
+ *                                                     and unmaps it)
+ *   take_all  no reclaim thread running:    QUEUED -> EMPTY  for every slot
+ *
+ * So a malloc never gets a mapping the reclaim thread is purging or
+ * unmapping (the reclaim thread purges only what its claim won), and the
+ * reclaim thread never unmaps one a malloc took. The word alone tells the
+ * fit; a header is read only by its owner. A word read, then taken, reused
+ * and pushed again into the same slot by others is the same word: a claim
+ * with the stale copy wins the mapping as it is now, queued and free, which
+ * is right; only its age (seq) was newer than read, and age is policy.
+ *
+ * The overflow stack takes what no slot can: a mapping no word can name
+ * (an over-aligned block, a header above 2^49) or one freed while every
+ * slot is taken. Push is one CAS on its head; it is only ever taken whole
+ * (an exchange: no ABA), by the reclaim thread each tick or by take_all,
+ * never by a malloc, which would have to walk headers it does not own.
+ *
+ * queued_bytes (what the backlog rule reads): each mapping's map_len,
+ * added by its pusher before it goes in and subtracted by its owner after
+ * it came out, so it is never below what is queued.
+ *
+ * Fork: the reclaim thread's claims are inside its huge step (which
+ * fork's prepare handler waits for), so a child never inherits a mapping
+ * the reclaim thread held between its claim and its unmap. A malloc's take
+ * in flight on another thread leaves the child a mapping nobody holds
+ * (counted as `freed`, its address space lost to that child only); the
+ * child counts queued_bytes again. */
 #include "reclaim/huge_queue.h"
+#include "reclaim/huge_cache.h"
 
 #include <stdatomic.h>
 
-static lull_huge *_Atomic queue_head;
+static _Atomic uint64_t slots[LULL_HUGE_QUEUE_SLOTS];
+/* Push order of each slot's entry: written by the pusher before it fills
+ * the slot (a racing pusher of the same empty slot may write too: the
+ * order is then a little later than the entry's, never earlier). */
+static _Atomic uint32_t slot_seq[LULL_HUGE_QUEUE_SLOTS];
+static _Atomic uint32_t next_seq;
+static lull_huge *_Atomic overflow;
+static _Atomic uint64_t queued_bytes;
 
-void lull_huge_queue_push(lull_huge *h) {
-    lull_huge *old = atomic_load_explicit(&queue_head, memory_order_relaxed);
+static void bytes_add(uint64_t v) {
+    atomic_fetch_add_explicit(&queued_bytes, v, memory_order_relaxed);
+}
+
+static void bytes_sub(uint64_t v) {
+    atomic_fetch_sub_explicit(&queued_bytes, v, memory_order_relaxed);
+}
+
+static void overflow_push(lull_huge *h) {
+    lull_huge *old = atomic_load_explicit(&overflow, memory_order_relaxed);
     do {
         h->next = old;
-    } while (!atomic_compare_exchange_weak_explicit(&queue_head, &old, h, memory_order_release,
+    } while (!atomic_compare_exchange_weak_explicit(&overflow, &old, h, memory_order_release,
                                                     memory_order_relaxed));
 }
 
+void lull_huge_queue_push(lull_huge *h) {
+    bytes_add(h->map_len);
+    if (lull_huge_cache_accepts(h)) {
+        uint64_t w = lull_huge_word(h, LULL_HC_DIRTY);
+        uint32_t seq = atomic_fetch_add_explicit(&next_seq, 1, memory_order_relaxed);
+        for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++) {
+            uint64_t expected = atomic_load_explicit(&slots[i], memory_order_relaxed);
+            if (expected) continue;
+            atomic_store_explicit(&slot_seq[i], seq, memory_order_relaxed);
+            /* release: the header's last writes (the free) before the take's reads */
+            if (atomic_compare_exchange_strong_explicit(&slots[i], &expected, w,
+                                                        memory_order_release, memory_order_relaxed))
+                return;
+        }
+    }
+    overflow_push(h);
+}
+
+uint64_t lull_huge_queue_bytes(void) {
+    return atomic_load_explicit(&queued_bytes, memory_order_relaxed);
+}
+
+static void decode(uint64_t w, unsigned i, lull_huge_queue_entry *e) {
+    lull_huge_cache_entry c;
+    lull_huge_word_decode(w, &c);
+    e->word = w;
+    e->h = c.h;
+    e->usable = c.usable;
+    e->node = c.node;
+    e->slot = i;
+}
+
+/* Own the mapping in slot e->slot if the slot still holds e's word. */
+static bool take_slot(const lull_huge_queue_entry *e) {
+    uint64_t expected = e->word;
+    if (!atomic_compare_exchange_strong_explicit(&slots[e->slot], &expected, 0,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return false;
+    bytes_sub(e->h->map_len); /* ours now: its header may be read */
+    return true;
+}
+
+lull_huge *lull_huge_queue_take(size_t size, int node, uint64_t keep_bound) {
+    uint64_t queued = lull_huge_queue_bytes();
+    if (!queued) return NULL;
+    bool backlog = queued > LULL_HUGE_QUEUE_BACKLOG;
+    /* a lost race means another thread took that entry: look again, a few
+     * times, for the next best */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        lull_huge_queue_entry best = {0}, e;
+        for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++) {
+            uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
+            if (!w) continue;
+            decode(w, i, &e);
+            if (e.node != node || !lull_huge_fits(e.usable, size)) continue;
+            if (!backlog && e.usable + LULL_SLICE_SIZE > keep_bound) continue;
+            if (!best.word || e.usable < best.usable) best = e; /* the tightest fit */
+        }
+        if (!best.word) return NULL;
+        if (take_slot(&best)) return best.h;
+    }
+    return NULL;
+}
+
+bool lull_huge_queue_peek(unsigned i, lull_huge_queue_entry *e) {
+    uint64_t w = atomic_load_explicit(&slots[i], memory_order_acquire);
+    if (!w) return false;
+    decode(w, i, e);
+    e->seq = atomic_load_explicit(&slot_seq[i], memory_order_relaxed);
+    return true;
+}
+
+bool lull_huge_queue_claim(const lull_huge_queue_entry *e) {
+    return take_slot(e);
+}
+
+lull_huge *lull_huge_queue_take_overflow(void) {
+    if (!atomic_load_explicit(&overflow, memory_order_relaxed)) return NULL;
+    lull_huge *list = atomic_exchange_explicit(&overflow, NULL, memory_order_acquire);
+    for (lull_huge *h = list; h; h = h->next)
+        bytes_sub(h->map_len);
+    return list;
+}
+
 lull_huge *lull_huge_queue_take_all(void) {
-    return atomic_exchange_explicit(&queue_head, NULL, memory_order_acquire);
+    lull_huge *list = lull_huge_queue_take_overflow();
+    lull_huge_queue_entry e;
+    for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++)
+        if (lull_huge_queue_peek(i, &e) && take_slot(&e)) {
+            e.h->next = list;
+            list = e.h;
+        }
+    return list;
+}
+
+void lull_huge_queue_after_fork_child(void) {
+    uint64_t bytes = 0; /* one thread here: nobody takes or unmaps meanwhile */
+    lull_huge_queue_entry e;
+    for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++)
+        if (lull_huge_queue_peek(i, &e)) bytes += e.h->map_len;
+    for (lull_huge *h = atomic_load_explicit(&overflow, memory_order_relaxed); h; h = h->next)
+        bytes += h->map_len;
+    atomic_store_explicit(&queued_bytes, bytes, memory_order_relaxed);
 }

@@ -1,12 +1,71 @@
-/* Freed huge blocks waiting for the reclaim thread: a lock-free stack that
- * any thread pushes onto (one CAS) and the reclaim thread empties whole. */
+/* Freed huge mappings waiting for the reclaim thread: the ones freed while
+ * its cache was full or off (huge_cache_mb=0, or larger than the bound),
+ * and every one while no reclaim thread runs.
+ *
+ * LULL_HUGE_QUEUE_SLOTS one-word slots in the cache's word format
+ * (reclaim/huge_cache.h), plus an overflow stack for a mapping no word can
+ * name or that finds every slot taken. A huge malloc that misses the cache
+ * takes a fitting queued mapping back from a slot without a system call;
+ * the reclaim thread drains the overflow, then the slots oldest first,
+ * caching what its cache keeps and purging and unmapping the rest. Taking
+ * a slot is one compare-and-swap of its word to 0, for a malloc and for the
+ * reclaim thread alike: exactly one side wins, and only the winner ever
+ * reads the mapping's header. States and transitions: huge_queue.c. */
 #ifndef LULL_HUGE_QUEUE_H
 #define LULL_HUGE_QUEUE_H
 
 #include "src/types.h"
 
+#define LULL_HUGE_QUEUE_SLOTS 128
+/* Queued address space over which a huge malloc takes a queued mapping
+ * that the cache would not keep (huge_cache_mb=0, or a mapping over the
+ * bound): below it, such mappings are the reclaim thread's to unmap, as
+ * configured; above it, the reclaim thread has fallen behind, and reuse is
+ * what bounds the backlog (a malloc that finds a fitting freed mapping
+ * maps none). */
+#define LULL_HUGE_QUEUE_BACKLOG ((uint64_t)256 << 20)
+
+/* One slot as read at one moment. `h` must not be dereferenced unless a
+ * claim below succeeded with this entry. */
+typedef struct lull_huge_queue_entry {
+    uint64_t word;
+    lull_huge *h;
+    size_t usable;
+    int node;
+    unsigned slot;
+    uint32_t seq; /* push order: lower is older (compare with wrap) */
+} lull_huge_queue_entry;
+
+/* ---- any thread ------------------------------------------------------------ */
+
+/* Queue a freed huge block (accounted as `freed`; the caller owns it and
+ * gives it up). One CAS on a slot, or on the overflow stack. */
 void lull_huge_queue_push(lull_huge *h);
-/* Take every queued block (oldest last). */
+/* The best fitting queued mapping of `node` for `size` (lull_huge_fits),
+ * among those the cache would keep (block and header slice within
+ * keep_bound) or, while the queue holds over LULL_HUGE_QUEUE_BACKLOG,
+ * among all in slots; still accounted as `freed`, its block dirty. Or
+ * NULL. No system call, no lock. */
+lull_huge *lull_huge_queue_take(size_t size, int node, uint64_t keep_bound);
+/* Address space queued (slots and overflow); never below what they hold. */
+uint64_t lull_huge_queue_bytes(void);
+/* Take every queued mapping, slots and overflow, as a list linked by
+ * `next` (when no reclaim thread runs: reclaim_thread.c's reuse). */
 lull_huge *lull_huge_queue_take_all(void);
+
+/* ---- the reclaim thread ------------------------------------------------------ */
+
+/* Read slot i; false if it is empty. */
+bool lull_huge_queue_peek(unsigned i, lull_huge_queue_entry *e);
+/* Take e out of slot e->slot, if it still holds e: the mapping is then the
+ * caller's (still accounted as `freed`). False: a malloc took it first. */
+bool lull_huge_queue_claim(const lull_huge_queue_entry *e);
+/* Take the whole overflow stack (newest first, linked by `next`). */
+lull_huge *lull_huge_queue_take_overflow(void);
+
+/* In the child after fork (from lull_huge_cache_after_fork_child): the
+ * byte count taken again from what is queued (a push or take another
+ * thread had half done is not the child's). */
+void lull_huge_queue_after_fork_child(void);
 
 #endif

@@ -72,6 +72,44 @@ static bool keep(struct purge_backend *b, lull_huge *h, uint32_t now, uint64_t b
     return false;
 }
 
+/* The queue, oldest first: the overflow (which no malloc takes), then the
+ * slots by push order, each claimed by one CAS that a malloc may win first
+ * (it took the mapping back: nothing to do). So the newest stay longest
+ * within reach of a malloc, and the newest are the ones left in the cache. */
+static bool drain_queue(struct purge_backend *b, uint32_t now, uint64_t bound,
+                        lull_huge_reclaim_counts *c) {
+    bool work = false;
+    lull_huge *list = NULL; /* the stack gives the newest first */
+    for (lull_huge *q = lull_huge_queue_take_overflow(), *h; (h = q);) {
+        q = h->next;
+        h->next = list;
+        list = h;
+    }
+    while (list) {
+        lull_huge *h = list;
+        list = h->next;
+        work = true;
+        if (!keep(b, h, now, bound, c)) release(b, h, false, c);
+    }
+    lull_huge_queue_entry e[LULL_HUGE_QUEUE_SLOTS];
+    unsigned n = 0;
+    for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++) {
+        if (!lull_huge_queue_peek(i, &e[n])) continue;
+        /* insertion by push order (serial numbers: compared with wrap) */
+        lull_huge_queue_entry x = e[n];
+        unsigned j = n++;
+        for (; j > 0 && (int32_t)(x.seq - e[j - 1].seq) < 0; j--)
+            e[j] = e[j - 1];
+        e[j] = x;
+    }
+    for (unsigned k = 0; k < n; k++) {
+        if (!lull_huge_queue_claim(&e[k])) continue;
+        work = true;
+        if (!keep(b, e[k].h, now, bound, c)) release(b, e[k].h, false, c);
+    }
+    return work;
+}
+
 static bool purge_cached(struct purge_backend *b, uint32_t now, long delay, int advice,
                          lull_huge_reclaim_counts *c) {
     uint32_t freed_before = now - (uint32_t)delay;
@@ -120,20 +158,7 @@ bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, i
         if (!evict_oldest(b, c)) break;
         work = true;
     }
-    /* oldest first (the queue gives the newest first), so that the newest
-     * are the ones left in the cache */
-    lull_huge *list = NULL;
-    for (lull_huge *q = lull_huge_queue_take_all(), *h; (h = q);) {
-        q = h->next;
-        h->next = list;
-        list = h;
-    }
-    while (list) {
-        lull_huge *h = list;
-        list = h->next;
-        work = true;
-        if (!keep(b, h, now, bound, c)) release(b, h, false, c);
-    }
+    work |= drain_queue(b, now, bound, c);
     if (delay >= 0) work |= purge_cached(b, now, delay, advice, c);
     return work;
 }

@@ -1,10 +1,13 @@
 /* The reclaim thread's work on huge mappings, once a tick: unmap cached
  * mappings unused for huge_cache_idle_ms or beyond the huge_cache_mb bound
- * (oldest first); cache the mappings freed while the cache was full (making
- * room by unmapping older ones), or unmap those it does not keep; and purge
- * the cached ones that have been free for the purge delay, as slices are
- * purged. A mapping is purged before it is unmapped, in ranges of at most
- * 16 MiB, so munmap itself holds the mmap lock only briefly. */
+ * (oldest first); drain the queue of mappings freed while the cache was
+ * full or off, oldest first, each claimed from its slot by one CAS that a
+ * huge malloc taking it back may win instead (reclaim/huge_queue.c):
+ * cache what the cache keeps (making room by unmapping older ones), unmap
+ * the rest; and purge the cached ones that have been free for the purge
+ * delay, as slices are purged. A mapping is purged before it is unmapped,
+ * in ranges of at most 16 MiB, so munmap itself holds the mmap lock only
+ * briefly. */
 #ifndef LULL_HUGE_RECLAIM_H
 #define LULL_HUGE_RECLAIM_H
 

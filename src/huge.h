@@ -2,8 +2,8 @@
  * 32 MiB boundary so the address mask finds it like a segment. Freeing one
  * never unmaps on the calling thread: the mapping goes to the reclaim
  * thread (its cache of freed mappings, or its queue) and free() returns at
- * once; a later huge malloc takes a cached mapping that fits instead of
- * mapping a new one. */
+ * once; a later huge malloc takes a cached or queued mapping that fits
+ * instead of mapping a new one. */
 #ifndef LULL_HUGE_H
 #define LULL_HUGE_H
 
@@ -32,10 +32,10 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size);
  * reclaim thread's cache or queue; set by reclaim/). */
 extern void (*lull_huge_release_hook)(lull_huge *h);
 /* A freed huge block (block offset one slice) of arena `node` with room for
- * `size`, taken from the reclaim thread's cache (or its queue while no
- * reclaim thread runs) without a system call, accounted as `freed`; or
- * NULL. *zeroed: its block is known to be zero (purged with MADV_DONTNEED).
- * Set by reclaim/. */
+ * `size`, taken from the reclaim thread's cache or its queue of mappings
+ * not yet given back (reclaim/huge_queue.h) without a system call,
+ * accounted as `freed`; or NULL. *zeroed: its block is known to be zero
+ * (purged with MADV_DONTNEED). Set by reclaim/. */
 extern lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
 /* Unmap a huge block's mapping (only ever called by the reclaim thread, or
  * inline when configured and no reclaim thread runs). */
