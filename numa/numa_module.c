@@ -9,6 +9,7 @@
 #include "numa/topology.h"
 #include "src/config.h"
 #include "src/heap.h"
+#include "src/home.h"
 #include "src/init.h"
 #include "src/message.h"
 
@@ -16,7 +17,6 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-void lull_set_home_node_fn(int (*fn)(void));
 void lull_numa_register(void);
 
 static int arena_of_node(int node) {
@@ -115,6 +115,7 @@ static void numa_start(void) {
 }
 
 LULL_EXPORT int lull_thread_set_node(int node) {
+    lull_ensure_init();
     lull_heap *h = lull_heap_get_or_create();
     if (!h) return -ENOMEM;
     int err = home_node_set_thread(node);

@@ -6,24 +6,6 @@
 
 #include <stdatomic.h>
 
-/* A slot word: state in bits 0-2, accounting node in 3-5, the block's size
- * in pages in 6-39 (2^34 pages: LULL_MAX_ALLOC), the header address >> 25
- * in 40-63 (headers are 32 MiB aligned; addresses below 2^49). The whole
- * entry in one word is what lets a request thread judge the fit and claim
- * it in one step, and the statistics count it, without reading a header
- * the reclaim thread may be unmapping. */
-#define STATE_MASK UINT64_C(7)
-#define NODE_SHIFT 3
-#define PAGES_SHIFT 6
-#define PAGES_BITS 34
-#define ADDR_SHIFT 40
-#define ADDR_LIMIT ((uintptr_t)1 << (LULL_SEGMENT_SHIFT + 64 - ADDR_SHIFT))
-
-_Static_assert(LULL_MAX_NODES <= 8, "the node must fit in 3 bits");
-_Static_assert(LULL_MAX_ALLOC / LULL_PAGE_SIZE <= (UINT64_C(1) << PAGES_BITS),
-               "the block size in pages must fit in its bits");
-_Static_assert(PAGES_SHIFT + PAGES_BITS == ADDR_SHIFT, "fields touch");
-
 static _Atomic uint64_t slots[LULL_HUGE_CACHE_SLOTS];
 /* When each entry was cached. Written by the putter before it fills the
  * slot (it does not own the slot yet, so a racing putter may write too: the
@@ -34,42 +16,12 @@ static _Atomic uint32_t freed_ms[LULL_HUGE_CACHE_SLOTS];
  * released after it came out, so it is never below what the slots hold. */
 static _Atomic uint64_t cached_bytes;
 
-static int node_of(const lull_huge *h) {
-    return h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0;
-}
-
-static uint64_t encode(const lull_huge *h, int state) {
-    return (uint64_t)state | (uint64_t)node_of(h) << NODE_SHIFT |
-           (uint64_t)(h->usable / LULL_PAGE_SIZE) << PAGES_SHIFT |
-           (uint64_t)((uintptr_t)h >> LULL_SEGMENT_SHIFT) << ADDR_SHIFT;
-}
-
-static void decode(uint64_t w, lull_huge_cache_entry *e) {
-    e->word = w;
-    e->state = (int)(w & STATE_MASK);
-    e->node = (int)(w >> NODE_SHIFT & 7);
-    e->usable = (size_t)(w >> PAGES_SHIFT & ((UINT64_C(1) << PAGES_BITS) - 1)) * LULL_PAGE_SIZE;
-    e->h = (lull_huge *)(uintptr_t)((w >> ADDR_SHIFT) << LULL_SEGMENT_SHIFT);
-}
-
-uint64_t lull_huge_word(const lull_huge *h, int state) {
-    return encode(h, state);
-}
-
-void lull_huge_word_decode(uint64_t w, lull_huge_cache_entry *e) {
-    decode(w, e);
-}
-
-static uint64_t with_state(uint64_t w, int state) {
-    return (w & ~STATE_MASK) | (uint64_t)state;
-}
-
 /* A freed block moves between `freed` (huge.c's terms) and the cache's own
  * words. Into the cache: out of `freed` first; out of the cache: into
  * `freed` after. An entry in transit is then in no term, never in two: in
  * a child forked meanwhile it is a mapping nobody holds, and not counted. */
 static void account_freed(const lull_huge *h, bool add) {
-    lull_huge_accounting *a = &lull_huge_acct[node_of(h)];
+    lull_huge_accounting *a = &lull_huge_acct[lull_huge_node_of(h)];
     uint64_t v = h->usable + h->block_offset;
     if (add)
         atomic_fetch_add_explicit(&a->freed, v, memory_order_relaxed);
@@ -77,14 +29,8 @@ static void account_freed(const lull_huge *h, bool add) {
         atomic_fetch_sub_explicit(&a->freed, v, memory_order_relaxed);
 }
 
-bool lull_huge_cache_accepts(const lull_huge *h) {
-    return h->block_offset == LULL_SLICE_SIZE && (uintptr_t)h < ADDR_LIMIT &&
-           h->usable % LULL_PAGE_SIZE == 0 &&
-           h->usable / LULL_PAGE_SIZE < (UINT64_C(1) << PAGES_BITS);
-}
-
 bool lull_huge_cache_put(lull_huge *h, uint32_t now_ms) {
-    if (!lull_huge_cache_accepts(h)) return false;
+    if (!lull_huge_word_accepts(h)) return false;
     uint64_t bound = __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED);
     uint64_t len = h->map_len;
     if (len > bound) return false;
@@ -92,7 +38,7 @@ bool lull_huge_cache_put(lull_huge *h, uint32_t now_ms) {
         atomic_fetch_sub_explicit(&cached_bytes, len, memory_order_relaxed);
         return false;
     }
-    uint64_t w = encode(h, LULL_HC_DIRTY);
+    uint64_t w = lull_huge_word(h, LULL_HC_DIRTY);
     account_freed(h, false);
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         uint64_t expected = atomic_load_explicit(&slots[i], memory_order_relaxed);
@@ -121,7 +67,7 @@ static lull_huge *take_cached(size_t size, int node, bool *zeroed) {
         for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
             uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
             if (!w) continue;
-            decode(w, &e);
+            lull_huge_word_decode(w, &e);
             if (!takeable(e.state) || e.node != node || !lull_huge_fits(e.usable, size)) continue;
             /* the tightest fit; among equals a dirty one (resident: no faults) */
             if (!best.word || e.usable < best.usable ||
@@ -167,7 +113,7 @@ void lull_huge_cache_account(uint64_t dirty[LULL_MAX_NODES], uint64_t purging[LU
         uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
         if (!w) continue;
         lull_huge_cache_entry e;
-        decode(w, &e);
+        lull_huge_word_decode(w, &e);
         uint64_t *term = e.state == LULL_HC_DIRTY     ? dirty
                          : e.state == LULL_HC_PURGING ? purging
                                                       : purged;
@@ -180,7 +126,7 @@ void lull_huge_cache_account(uint64_t dirty[LULL_MAX_NODES], uint64_t purging[LU
 bool lull_huge_cache_peek(unsigned i, lull_huge_cache_entry *e) {
     uint64_t w = atomic_load_explicit(&slots[i], memory_order_acquire);
     if (!w) return false;
-    decode(w, e);
+    lull_huge_word_decode(w, e);
     e->freed_ms = atomic_load_explicit(&freed_ms[i], memory_order_relaxed);
     return true;
 }
@@ -193,9 +139,9 @@ bool lull_huge_cache_peek(unsigned i, lull_huge_cache_entry *e) {
 static bool hold_if_old(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms,
                         bool check_time) {
     uint64_t expected = e->word;
-    if (!atomic_compare_exchange_strong_explicit(&slots[i], &expected,
-                                                 with_state(e->word, LULL_HC_PURGING),
-                                                 memory_order_acquire, memory_order_relaxed))
+    if (!atomic_compare_exchange_strong_explicit(
+            &slots[i], &expected, lull_huge_word_with_state(e->word, LULL_HC_PURGING),
+            memory_order_acquire, memory_order_relaxed))
         return false;
     uint32_t t = atomic_load_explicit(&freed_ms[i], memory_order_relaxed);
     if (check_time && (int32_t)(freed_before_ms - t) < 0) {
@@ -214,7 +160,8 @@ bool lull_huge_cache_claim_purge(unsigned i, const lull_huge_cache_entry *e,
 }
 
 void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, int state) {
-    atomic_store_explicit(&slots[i], with_state(e->word, state), memory_order_release);
+    atomic_store_explicit(&slots[i], lull_huge_word_with_state(e->word, state),
+                          memory_order_release);
 }
 
 bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms) {
@@ -231,10 +178,11 @@ void lull_huge_cache_after_fork_child(void) {
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
         if (!w) continue;
-        if ((w & STATE_MASK) == LULL_HC_PURGING)
-            atomic_store_explicit(&slots[i], with_state(w, LULL_HC_DIRTY), memory_order_relaxed);
+        if ((w & LULL_HW_STATE_MASK) == LULL_HC_PURGING)
+            atomic_store_explicit(&slots[i], lull_huge_word_with_state(w, LULL_HC_DIRTY),
+                                  memory_order_relaxed);
         lull_huge_cache_entry e;
-        decode(w, &e);
+        lull_huge_word_decode(w, &e);
         bytes += e.h->map_len; /* one thread here: nobody unmaps it meanwhile */
     }
     atomic_store_explicit(&cached_bytes, bytes, memory_order_relaxed);

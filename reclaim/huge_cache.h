@@ -23,50 +23,10 @@
 #ifndef LULL_HUGE_CACHE_H
 #define LULL_HUGE_CACHE_H
 
+#include "reclaim/huge_word.h"
 #include "src/types.h"
 
 #define LULL_HUGE_CACHE_SLOTS 64
-
-enum {
-    LULL_HC_EMPTY = 0,
-    LULL_HC_DIRTY,   /* freed, maybe resident: contents not zero */
-    LULL_HC_PURGING, /* the reclaim thread is purging it: never handed out */
-    LULL_HC_CLEAN,   /* purged with MADV_DONTNEED: the block reads as zero */
-    LULL_HC_LAZY,    /* purged with MADV_FREE: not known to be zero */
-};
-
-/* One slot as read at one moment. `h` must not be dereferenced unless a
- * claim below succeeded with this entry. */
-typedef struct lull_huge_cache_entry {
-    uint64_t word;
-    lull_huge *h;
-    size_t usable;     /* the block's bytes (h->usable) */
-    int node;          /* accounting node of the mapping */
-    int state;         /* LULL_HC_* */
-    uint32_t freed_ms; /* when it was cached (lull_now_ms) */
-} lull_huge_cache_entry;
-
-/* The fit rule of every reuse of a freed mapping (cache and queue): room
- * for `size`, and no more room left over than half the block or than a
- * fresh mapping of that size could have (a fresh one maps 32 MiB more than
- * it needs, to align its header, so its room is anywhere from the size to
- * the size + 32 MiB: with half as the only rule, about a third of the
- * mappings made for a 20 MiB block were refused to the next 20 MiB block,
- * sat in the cache and filled it, and every huge malloc then mapped anew).
- * The room beyond the size is address space; a DIRTY mapping may have
- * resident pages there (up to 32 MiB) until it is freed and purged. */
-static inline bool lull_huge_fits(size_t room, size_t size) {
-    if (room < size) return false;
-    size_t pages = (size + LULL_PAGE_SIZE - 1) & ~(size_t)(LULL_PAGE_SIZE - 1);
-    return room / 2 <= size || room - pages <= LULL_SEGMENT_SIZE;
-}
-
-/* The word that names a freed mapping in a slot, here and in the queue
- * (reclaim/huge_queue.h), with its state; h must be lull_huge_cache_accepts
- * (the word has no room for other shapes). And the fields of a word (the
- * queue's slots use word, h, usable and node). */
-uint64_t lull_huge_word(const lull_huge *h, int state);
-void lull_huge_word_decode(uint64_t w, lull_huge_cache_entry *e);
 
 /* ---- any thread ---------------------------------------------------------- */
 
@@ -102,8 +62,6 @@ void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, in
  * or before freed_before_ms: on success the mapping is the caller's,
  * accounted as `freed`. */
 bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms);
-/* Whether the cache keeps mappings of this shape at all (bound aside). */
-bool lull_huge_cache_accepts(const lull_huge *h);
 
 /* In the child after fork: a purge the parent's reclaim thread was running
  * is not running here, so PURGING entries are DIRTY again; the byte count is

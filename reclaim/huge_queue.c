@@ -1,6 +1,6 @@
 /* The queue of freed huge mappings; see huge_queue.h.
  *
- * States of a slot word (the cache's format, reclaim/huge_cache.h: header
+ * States of a slot word (the word format of reclaim/huge_word.h: header
  * address, node, block size in pages, state bits DIRTY):
  *
  *   EMPTY  (0)     no mapping
@@ -43,7 +43,7 @@
  * (counted as `freed`, its address space lost to that child only); the
  * child counts queued_bytes again. */
 #include "reclaim/huge_queue.h"
-#include "reclaim/huge_cache.h"
+#include "reclaim/huge_word.h"
 
 #include <stdatomic.h>
 
@@ -74,7 +74,7 @@ static void overflow_push(lull_huge *h) {
 
 void lull_huge_queue_push(lull_huge *h) {
     bytes_add(h->map_len);
-    if (lull_huge_cache_accepts(h)) {
+    if (lull_huge_word_accepts(h)) {
         uint64_t w = lull_huge_word(h, LULL_HC_DIRTY);
         uint32_t seq = atomic_fetch_add_explicit(&next_seq, 1, memory_order_relaxed);
         for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++) {

@@ -2,8 +2,8 @@
  * its cache was full or off (huge_cache_mb=0, or larger than the bound),
  * and every one while no reclaim thread runs.
  *
- * LULL_HUGE_QUEUE_SLOTS one-word slots in the cache's word format
- * (reclaim/huge_cache.h), plus an overflow stack for a mapping no word can
+ * LULL_HUGE_QUEUE_SLOTS one-word slots in the word format
+ * (reclaim/huge_word.h, shared with the cache), plus an overflow stack for a mapping no word can
  * name or that finds every slot taken. A huge malloc that misses the cache
  * takes a fitting queued mapping back from a slot without a system call;
  * the reclaim thread drains the overflow, then the slots oldest first,

@@ -64,7 +64,7 @@ static bool evict_oldest(struct purge_backend *b, lull_huge_reclaim_counts *c) {
  * cache it in place of older ones, if the cache keeps it at all. */
 static bool keep(struct purge_backend *b, lull_huge *h, uint32_t now, uint64_t bound,
                  lull_huge_reclaim_counts *c) {
-    if (!lull_huge_cache_accepts(h) || h->map_len > bound) return false;
+    if (!lull_huge_word_accepts(h) || h->map_len > bound) return false;
     for (unsigned n = 0; n <= LULL_HUGE_CACHE_SLOTS; n++) {
         if (lull_huge_cache_put(h, now)) return true;
         if (!evict_oldest(b, c)) return false;

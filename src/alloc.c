@@ -4,6 +4,7 @@
 #include "src/alloc.h"
 #include "numa/arena.h"
 #include "src/config.h"
+#include "src/home.h"
 #include "src/huge.h"
 #include "src/init.h"
 #include "src/message.h"
@@ -175,6 +176,8 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
         lull_heap_late_release();
         return p;
     }
+    /* a thread's first allocation may be the process's: set up the core */
+    if (lull_tl_heap == &lull_heap_empty) lull_ensure_init();
     lull_heap *h = lull_heap_get_or_create();
     if (!h) return NULL;
     return alloc_in_heap(h, size, alignment, zeroed);
@@ -240,17 +243,6 @@ void lull_free_local_tail(lull_heap *h, lull_span *span) {
             lull_heap_set_current(h, span->size_class, span);
     }
     if (span->used == 0) lull_heap_span_empty(h, span);
-}
-
-void lull_fatal_misaligned(const void *p, const lull_span *span) {
-    const uint8_t *start = lull_span_start(span);
-    size_t off = (size_t)((const uint8_t *)p - start);
-    lull_fatal("free(): invalid pointer %p (inside the %u-byte block at %p)", p, span->block_size,
-               (const void *)(start + off - off % span->block_size));
-}
-
-void lull_fatal_remote_double_free(const void *p) {
-    lull_fatal("free(): double free of %p (freed twice from other threads)", p);
 }
 
 /* Is b on one of the span's free lists? Asked by a thread that does not own

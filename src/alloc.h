@@ -4,6 +4,7 @@
 #ifndef LULL_ALLOC_H
 #define LULL_ALLOC_H
 
+#include "src/free_errors.h"
 #include "src/heap.h"
 #include "src/segment_map.h"
 #include "src/size_class.h"
@@ -20,12 +21,6 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h);
 /* After a local free made the span empty, or freed into a full span. */
 void lull_free_local_tail(lull_heap *h, lull_span *span);
 void lull_free_not_segment(void *p);
-/* A block freed twice from other threads (alloc.c's push, heap.c's
- * collection): aborts naming it. */
-__attribute__((noreturn, cold)) void lull_fatal_remote_double_free(const void *p);
-/* free() of a pointer inside a small block, not at its start: aborts
- * naming it and the block. */
-__attribute__((noreturn, cold)) void lull_fatal_misaligned(const void *p, const lull_span *span);
 size_t lull_usable_generic(const void *p);
 
 static inline void *lull_malloc_inline(size_t size) {

@@ -235,7 +235,9 @@ static bool set_flag(bool *flag, const char *v, size_t len) {
     return true;
 }
 static bool set_verbose(const char *v, size_t len) {
-    return set_flag(&lull_config.verbose, v, len);
+    if (!set_flag(&lull_config.verbose, v, len)) return false;
+    lull_message_set_verbose(lull_config.verbose);
+    return true;
 }
 static bool set_strict(const char *v, size_t len) {
     return set_flag(&lull_config.strict_checks, v, len);

@@ -3,8 +3,8 @@
  * one of its spans. Heaps live in chunks mapped once and are never freed. */
 #include "src/heap.h"
 #include "numa/arena.h"
-#include "src/alloc.h"
-#include "src/init.h"
+#include "src/free_errors.h"
+#include "src/home.h"
 #include "src/message.h"
 #include "src/race.h"
 #include "src/size_class.h"
@@ -99,7 +99,6 @@ void lull_heap_late_release(void) {
 
 lull_heap *lull_heap_get_or_create(void) {
     if (lull_tl_heap != &lull_heap_empty) return lull_tl_heap;
-    if (!lull_ensure_init()) return NULL;
     int node = lull_home_node();
     pthread_mutex_lock(&registry_lock);
     lull_heap *h = abandoned[node];

@@ -26,7 +26,8 @@ static inline void lull_heap_set_current(lull_heap *h, unsigned c, lull_span *s)
 }
 
 /* The calling thread's heap, created or adopted if it has none; NULL when
- * no memory for a heap is left. */
+ * no memory for a heap is left. The core is initialised (lull_ensure_init)
+ * before a thread's first call. */
 lull_heap *lull_heap_get_or_create(void);
 /* Collect remote frees of every span and give empty spans back. */
 void lull_heap_collect(lull_heap *h, bool all);

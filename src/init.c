@@ -21,15 +21,9 @@
 static _Atomic int init_state; /* 0 none, 1 running, 2 done */
 static lull_module_hooks modules[LULL_MAX_MODULES];
 static int module_count;
-static int (*home_node_fn)(void);
 
 void lull_register_module(const lull_module_hooks *hooks) {
     if (module_count < LULL_MAX_MODULES) modules[module_count++] = *hooks;
-}
-
-int lull_home_node(void) {
-    int n = home_node_fn ? home_node_fn() : 0;
-    return n >= 0 && n < lull_arena_count ? n : 0;
 }
 
 bool lull_ensure_init(void) {
@@ -88,10 +82,6 @@ static void run_at_exit(void) {
 }
 
 void lull_modules_register_all(void); /* modules.c: the list of modules */
-void lull_set_home_node_fn(int (*fn)(void));
-void lull_set_home_node_fn(int (*fn)(void)) {
-    home_node_fn = fn;
-}
 
 __attribute__((constructor(101))) static void lull_constructor(void) {
     lull_ensure_init();

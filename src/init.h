@@ -8,8 +8,6 @@
 /* Initialise the core once (config, size classes, arenas, heaps). Safe to
  * call from the first malloc: it allocates nothing. */
 bool lull_ensure_init(void);
-/* The node whose arena a new heap on this thread should use. */
-int lull_home_node(void);
 
 /* Module hooks, each optional; set during start-up. */
 typedef struct lull_module_hooks {

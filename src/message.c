@@ -1,6 +1,5 @@
 /* Allocation-free reporting; see message.h. */
 #include "src/message.h"
-#include "src/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +24,16 @@ void lull_message(const char *fmt, ...) {
     va_end(ap);
 }
 
+/* config.c sets it with the `verbose` key: messages know nothing of the
+ * configuration */
+static bool verbose_on;
+
+void lull_message_set_verbose(bool on) {
+    __atomic_store_n(&verbose_on, on, __ATOMIC_RELAXED);
+}
+
 void lull_verbose(const char *fmt, ...) {
-    if (!__atomic_load_n(&lull_config.verbose, __ATOMIC_RELAXED)) return;
+    if (!__atomic_load_n(&verbose_on, __ATOMIC_RELAXED)) return;
     va_list ap;
     va_start(ap, fmt);
     write_message(fmt, ap);
