@@ -1,10 +1,10 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
+#include "numa/slice_state.h"
 #include "reclaim/policy.h"
 #include "reclaim/reclaim.h"
 #include "src/bitmap.h"
 #include "src/os.h"
-#include "src/race.h"
 #include "src/segment_map.h"
 
 #include <errno.h>
@@ -45,9 +45,7 @@ static lull_segment *segment_create(lull_arena *a) {
     s->arena = a;
     s->node = a->node;
     s->index = atomic_load(&a->segment_count);
-    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
-        atomic_store_explicit(&s->maps.clean[w], ~(uint64_t)0, memory_order_relaxed);
-    atomic_fetch_and(&s->maps.clean[0], ~(uint64_t)((1u << LULL_META_SLICES) - 1));
+    lull_slices_init_segment(s);
     s->next = atomic_load(&a->segments);
     lull_segment_map_set((uintptr_t)s, true);
     atomic_store_explicit(&a->segments, s, memory_order_release);
@@ -93,47 +91,8 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
 /* Try to claim slices [first, first+n) of s from the free maps. All or
  * nothing: bits taken before a failure are put back where they came from. */
 static bool claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed) {
-    uint64_t got_dirty[LULL_SLICE_WORDS] = {0}, got_clean[LULL_SLICE_WORDS] = {0},
-             got_warm[LULL_SLICE_WORDS] = {0}, was_lazy[LULL_SLICE_WORDS] = {0};
-    bool ok = true;
-    for (unsigned i = first; i < first + n;) {
-        unsigned w = i / 64, off = i % 64;
-        unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;
-        uint64_t mask = lull_bits_mask(off, cnt);
-        uint64_t rest = mask;
-        got_dirty[w] = atomic_fetch_and(&s->maps.dirty[w], ~rest) & rest;
-        rest &= ~got_dirty[w];
-        if (rest) {
-            got_warm[w] = atomic_fetch_and(&s->maps.warm[w], ~rest) & rest;
-            rest &= ~got_warm[w];
-        }
-        if (rest) {
-            got_clean[w] = atomic_fetch_and(&s->maps.clean[w], ~rest) & rest;
-            rest &= ~got_clean[w];
-        }
-        if (rest) {
-            ok = false;
-            break;
-        }
-        i += cnt;
-    }
-    if (!ok) {
-        for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-            if (got_dirty[w]) atomic_fetch_or(&s->maps.dirty[w], got_dirty[w]);
-            if (got_warm[w]) atomic_fetch_or(&s->maps.warm[w], got_warm[w]);
-            if (got_clean[w]) atomic_fetch_or(&s->maps.clean[w], got_clean[w]);
-        }
-        return false;
-    }
-    bool zero = true;
-    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-        if (got_dirty[w]) zero = false;
-        if (got_clean[w]) {
-            was_lazy[w] = atomic_fetch_and(&s->maps.lazy[w], ~got_clean[w]) & got_clean[w];
-            if (was_lazy[w]) zero = false;
-        }
-    }
-    *zeroed = zero;
+    uint64_t was_lazy[LULL_SLICE_WORDS];
+    if (!lull_slices_take(s, first, n, zeroed, was_lazy)) return false;
     record_reuse(s, first, n, was_lazy);
     return true;
 }
@@ -141,10 +100,9 @@ static bool claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed)
 static int find_in_segment(lull_segment *s, unsigned n, int pass) {
     uint64_t avail[LULL_SLICE_WORDS];
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-        uint64_t d = atomic_load_explicit(&s->maps.dirty[w], memory_order_relaxed);
-        uint64_t wm = atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed);
-        uint64_t c = atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed);
-        uint64_t lz = c & atomic_load_explicit(&s->maps.lazy[w], memory_order_relaxed);
+        lull_slice_word x;
+        lull_slices_word(s, w, &x);
+        uint64_t d = x.dirty, wm = x.warm, c = x.clean, lz = x.clean & x.lazy;
         avail[w] = pass == 0 ? d : pass == 1 ? (d | lz) : pass == 2 ? (d | lz | wm) : (d | wm | c);
     }
     return lull_bitmap_find_run(avail, LULL_META_SLICES, n);
@@ -216,57 +174,11 @@ void lull_arena_free_span(lull_span *span) {
         atomic_store_explicit(&s->freed_ms[i], now, memory_order_relaxed);
         atomic_store_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
     }
-    for (unsigned i = first; i < first + n;) {
-        unsigned off = i % 64;
-        unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;
-        atomic_fetch_or_explicit(&s->maps.dirty[i / 64], lull_bits_mask(off, cnt),
-                                 memory_order_release);
-        i += cnt;
-    }
+    lull_slices_give_back(s, first, n);
     lull_reclaim_note_give_back();
 }
 
 /* Reclaim side ------------------------------------------------------- */
-
-static size_t emit_runs(lull_segment *s, unsigned w, uint64_t bits, lull_slice_run *out,
-                        size_t max) {
-    size_t n = 0;
-    while (bits && n < max) {
-        unsigned b = (unsigned)__builtin_ctzll(bits);
-        uint64_t rest = ~(bits >> b);
-        unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
-        /* cut at 2 MiB extents, so a whole extent is one madvise */
-        unsigned slice = w * 64 + b;
-        unsigned to_extent = LULL_EXTENT_SLICES - slice % LULL_EXTENT_SLICES;
-        if (len > to_extent) len = to_extent;
-        out[n++] = (lull_slice_run){s, (uint16_t)slice, (uint16_t)len};
-        bits &= ~lull_bits_mask(b, len);
-    }
-    return n;
-}
-
-/* The one claim of the reclaim side: atomically take the `want` bits of
- * word w out of `from` (a request thread may have taken some meanwhile:
- * those are not ours), mark them PURGING and emit them as runs into out;
- * bits that do not fit in out go back to `from`. Returns the runs emitted
- * and, in *emitted, their bits. */
-static size_t claim_word(lull_segment *s, unsigned w, _Atomic uint64_t *from, uint64_t want,
-                         lull_slice_run *out, size_t max, uint64_t *emitted) {
-    *emitted = 0;
-    uint64_t got = atomic_fetch_and_explicit(&from[w], ~want, memory_order_acq_rel) & want;
-    if (!got) return 0;
-    LULL_RACE_POINT(LULL_RACE_RECLAIM_CLAIM); /* taken from `from`, not yet PURGING */
-    atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
-    size_t n = emit_runs(s, w, got, out, max);
-    for (size_t i = 0; i < n; i++)
-        *emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
-    uint64_t left = got & ~*emitted;
-    if (left) {
-        atomic_fetch_or(&from[w], left);
-        atomic_fetch_and(&s->maps.purging[w], ~left);
-    }
-    return n;
-}
 
 size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
                               size_t max, size_t max_bytes) {
@@ -274,7 +186,9 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire);
          s && n < max && bytes < max_bytes; s = s->next) {
         for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max && bytes < max_bytes; w++) {
-            uint64_t d = atomic_load_explicit(&s->maps.dirty[w], memory_order_acquire);
+            lull_slice_word x;
+            lull_slices_word(s, w, &x);
+            uint64_t d = x.dirty;
             if (!d) continue;
             uint64_t old_enough = 0;
             for (uint64_t bits = d; bits; bits &= bits - 1) {
@@ -284,21 +198,11 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
             }
             if (!old_enough) continue;
             uint64_t emitted;
-            n += claim_word(s, w, s->maps.dirty, old_enough, out + n, max - n, &emitted);
+            n += lull_slices_claim(s, w, LULL_SLICES_DIRTY, old_enough, out + n, max - n, &emitted);
             bytes += (size_t)__builtin_popcountll(emitted) * LULL_SLICE_SIZE;
         }
     }
     return n;
-}
-
-static void run_move(const lull_slice_run *r, _Atomic uint64_t *to, _Atomic uint64_t *also) {
-    lull_segment *s = r->segment;
-    unsigned w = r->first / 64;
-    uint64_t mask = lull_bits_mask(r->first % 64, r->count);
-    if (also) atomic_fetch_or_explicit(&also[w], mask, memory_order_relaxed);
-    atomic_fetch_or_explicit(&to[w], mask, memory_order_release);
-    LULL_RACE_POINT(LULL_RACE_RECLAIM_FINISH); /* in `to` and still PURGING */
-    atomic_fetch_and_explicit(&s->maps.purging[w], ~mask, memory_order_release);
 }
 
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
@@ -306,7 +210,7 @@ void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
         atomic_store_explicit(&r->segment->purged_ms[i], now, memory_order_relaxed);
     lull_policy_record_purge(&lull_the_policy, r->count);
-    run_move(r, r->segment->maps.clean, lazy ? r->segment->maps.lazy : NULL);
+    lull_slices_finish(r, lazy ? LULL_SLICES_CLEAN_LAZY : LULL_SLICES_CLEAN);
 }
 
 size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
@@ -315,8 +219,9 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s && n < max;
          s = s->next) {
         for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
-            uint64_t lazy = atomic_load_explicit(&s->maps.lazy[w], memory_order_relaxed) &
-                            atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed);
+            lull_slice_word x;
+            lull_slices_word(s, w, &x);
+            uint64_t lazy = x.lazy & x.clean;
             uint64_t old = 0;
             for (uint64_t bits = lazy; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
@@ -327,15 +232,15 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
             /* the same claim as for dirty slices, from the clean map; what is
              * re-purged is lazy no more */
             uint64_t emitted;
-            n += claim_word(s, w, s->maps.clean, old, out + n, max - n, &emitted);
-            if (emitted) atomic_fetch_and(&s->maps.lazy[w], ~emitted);
+            n += lull_slices_claim(s, w, LULL_SLICES_CLEAN, old, out + n, max - n, &emitted);
+            if (emitted) lull_slices_clear_lazy(s, w, emitted);
         }
     }
     return n;
 }
 
 void lull_arena_purge_failed(const lull_slice_run *r) {
-    run_move(r, r->segment->maps.dirty, NULL);
+    lull_slices_finish(r, LULL_SLICES_DIRTY);
 }
 
 /* The reclaim thread's steps hold its step lock across fork, so a slice is
@@ -345,73 +250,60 @@ void lull_arenas_after_fork_child(void) {
     for (int i = 0; i < LULL_MAX_NODES; i++) {
         pthread_mutex_init(&lull_arenas[i].lock, NULL);
         for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
-            for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-                uint64_t p = atomic_exchange(&s->maps.purging[w], 0);
-                if (p) atomic_fetch_or(&s->maps.dirty[w], p);
-            }
+            lull_slices_after_fork(s);
     }
 }
 
 /* Warm reserve ------------------------------------------------------- */
 
-/* Move up to `max_slices` slices from `from` (minus `exclude`) into
- * PURGING, as runs; the caller finishes each run with lull_arena_run_to(). */
-static size_t take_runs(lull_arena *a, _Atomic uint64_t *(*map_of)(lull_segment *),
-                        _Atomic uint64_t *(*exclude_of)(lull_segment *), size_t max_slices,
+/* Claim up to `max_slices` slices in state `from` (but not lazy ones, when
+ * skip_lazy) into PURGING, as runs; the caller finishes each run. */
+static size_t take_runs(lull_arena *a, lull_slice_state from, bool skip_lazy, size_t max_slices,
                         lull_slice_run *out, size_t max) {
     size_t n = 0, slices = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire);
          s && n < max && slices < max_slices; s = s->next) {
-        _Atomic uint64_t *map = map_of(s), *ex = exclude_of ? exclude_of(s) : NULL;
         for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max && slices < max_slices; w++) {
-            uint64_t want = atomic_load_explicit(&map[w], memory_order_relaxed);
-            if (ex) want &= ~atomic_load_explicit(&ex[w], memory_order_relaxed);
+            lull_slice_word x;
+            lull_slices_word(s, w, &x);
+            uint64_t want = from == LULL_SLICES_WARM ? x.warm : x.clean;
+            if (skip_lazy) want &= ~x.lazy;
             while (want && (size_t)__builtin_popcountll(want) > max_slices - slices)
                 want &= ~((uint64_t)1 << (63 - __builtin_clzll(want))); /* drop the highest */
             if (!want) continue;
             uint64_t emitted;
-            n += claim_word(s, w, map, want, out + n, max - n, &emitted);
+            n += lull_slices_claim(s, w, from, want, out + n, max - n, &emitted);
             slices += (size_t)__builtin_popcountll(emitted);
         }
     }
     return n;
 }
 
-static _Atomic uint64_t *clean_map(lull_segment *s) {
-    return s->maps.clean;
-}
-static _Atomic uint64_t *lazy_map(lull_segment *s) {
-    return s->maps.lazy;
-}
-static _Atomic uint64_t *warm_map(lull_segment *s) {
-    return s->maps.warm;
-}
-
 size_t lull_arena_take_clean(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max) {
     /* only zeroed clean slices: lazy ones are still resident anyway */
-    return take_runs(a, clean_map, lazy_map, max_slices, out, max);
+    return take_runs(a, LULL_SLICES_CLEAN, true, max_slices, out, max);
 }
 
 size_t lull_arena_take_warm(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max) {
-    return take_runs(a, warm_map, NULL, max_slices, out, max);
+    return take_runs(a, LULL_SLICES_WARM, false, max_slices, out, max);
 }
 
 void lull_arena_make_warm(const lull_slice_run *r) {
-    run_move(r, r->segment->maps.warm, NULL);
+    lull_slices_finish(r, LULL_SLICES_WARM);
 }
 
 void lull_arena_return_clean(const lull_slice_run *r) {
-    run_move(r, r->segment->maps.clean, NULL);
+    lull_slices_finish(r, LULL_SLICES_CLEAN);
 }
 
 size_t lull_arena_count_slices(lull_arena *a, int which) {
     size_t n = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s; s = s->next)
         for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-            _Atomic uint64_t *m = which == 0   ? s->maps.dirty
-                                  : which == 1 ? s->maps.warm
-                                               : s->maps.clean;
-            n += (size_t)__builtin_popcountll(atomic_load_explicit(&m[w], memory_order_relaxed));
+            lull_slice_word x;
+            lull_slices_word(s, w, &x);
+            uint64_t m = which == 0 ? x.dirty : which == 1 ? x.warm : x.clean;
+            n += (size_t)__builtin_popcountll(m);
         }
     return n;
 }

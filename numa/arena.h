@@ -1,15 +1,15 @@
-/* Node arenas: the segments of one NUMA node and the state of their slices.
- *
- * Invariant (design.md #1): a slice is IN_USE, FREE_DIRTY, PURGING,
- * FREE_CLEAN or WARM, recorded out of band in the segment's slice maps.
- * Request threads move slices FREE_* -> IN_USE (lull_arena_alloc_span) and
- * IN_USE -> FREE_DIRTY (lull_arena_free_span); only the reclaim thread moves
- * FREE_DIRTY -> PURGING -> FREE_CLEAN (lull_arena_claim_dirty,
- * lull_arena_purge_done), and every move is an atomic claim of the bits, so a
- * PURGING slice is never handed out and a live block is never purged. */
+/* Node arenas: the segments of one NUMA node, and which of their slices a
+ * span takes (dirty first, then lazy, warm, clean) or the reclaim thread
+ * claims (the oldest dirty ones, lazy ones to purge again, clean ones for
+ * the warm reserve). The states themselves and every change of them are
+ * numa/slice_state.h's: request threads move slices FREE_* -> IN_USE
+ * (lull_arena_alloc_span) and IN_USE -> FREE_DIRTY (lull_arena_free_span);
+ * only the reclaim thread moves them through PURGING (lull_arena_claim_*,
+ * lull_arena_purge_done and the warm reserve's calls). */
 #ifndef LULL_ARENA_H
 #define LULL_ARENA_H
 
+#include "numa/slice_state.h"
 #include "src/types.h"
 
 typedef struct lull_arena {
@@ -37,12 +37,6 @@ void lull_arenas_init(int nodes);
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned slices, bool *zeroed);
 /* Give a span's slices back as FREE_DIRTY, stamped with the time. */
 void lull_arena_free_span(lull_span *span);
-
-/* Reclaim side. A run of slices claimed for purging. */
-typedef struct lull_slice_run {
-    lull_segment *segment;
-    uint16_t first, count;
-} lull_slice_run;
 
 /* Slices taken for their first use since their segment was mapped (each
  * page faults on first touch unless the warm reserve prefaulted it). */

@@ -1,6 +1,7 @@
 /* Refault monitor driving; see refault.h. Reclaim thread only. */
 #include "reclaim/refault.h"
 #include "numa/arena.h"
+#include "numa/slice_state.h"
 #include "reclaim/policy.h"
 #include "reclaim/uffd.h"
 #include "src/bitmap.h"
@@ -66,10 +67,7 @@ static void scan_segment(lull_segment *s, uint32_t now) {
         if (!watch) continue;
         uint64_t got =
             atomic_fetch_and_explicit(&s->refault_watch[w], ~watch, memory_order_relaxed) & watch;
-        uint64_t in_use = ~(atomic_load_explicit(&s->maps.dirty[w], memory_order_relaxed) |
-                            atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed) |
-                            atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed) |
-                            atomic_load_explicit(&s->maps.purging[w], memory_order_relaxed));
+        uint64_t in_use = ~lull_slices_free_word(s, w);
         got &= in_use; /* freed again since: nothing to learn */
         while (got) {
             unsigned b = (unsigned)__builtin_ctzll(got);

@@ -2,6 +2,7 @@
 #include "src/stats.h"
 #include "lull.h"
 #include "numa/arena.h"
+#include "numa/slice_state.h"
 #include "reclaim/huge_cache.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim.h"
@@ -44,34 +45,28 @@ void AnnotateIgnoreReadsEnd(const char *file, int line);
 
 static void account_segment(lull_segment *s, struct lull_counters_accounting *a) {
     uint64_t free_map[LULL_SLICE_WORDS];
-    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
-        free_map[w] = atomic_load_explicit(&s->maps.dirty[w], memory_order_relaxed) |
-                      atomic_load_explicit(&s->maps.purging[w], memory_order_relaxed) |
-                      atomic_load_explicit(&s->maps.clean[w], memory_order_relaxed) |
-                      atomic_load_explicit(&s->maps.warm[w], memory_order_relaxed);
     a->mapped += LULL_SEGMENT_SIZE;
     a->metadata += (uint64_t)LULL_META_SLICES * LULL_SLICE_SIZE;
     /* free slices by state; a slice in two maps for an instant (a purge
-     * finishing) is counted once, in the first map that has it */
-    uint64_t seen[LULL_SLICE_WORDS] = {0};
-    struct {
-        _Atomic uint64_t *map;
-        uint64_t *term;
-    } states[] = {{s->maps.purging, &a->purging},
-                  {s->maps.dirty, &a->dirty},
-                  {s->maps.warm, &a->warm},
-                  {s->maps.clean, &a->purged}};
-    for (unsigned k = 0; k < sizeof states / sizeof states[0]; k++)
-        for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-            uint64_t bits = free_map[w] &
-                            atomic_load_explicit(&states[k].map[w], memory_order_relaxed) &
-                            ~seen[w];
-            seen[w] |= bits;
+     * finishing) is counted once, in the first state that has it */
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+        lull_slice_word x;
+        lull_slices_word(s, w, &x);
+        uint64_t seen = 0;
+        const struct {
+            uint64_t bits;
+            uint64_t *term;
+        } states[] = {{x.purging, &a->purging},
+                      {x.dirty, &a->dirty},
+                      {x.warm, &a->warm},
+                      {x.clean, &a->purged}};
+        for (unsigned k = 0; k < sizeof states / sizeof states[0]; k++) {
+            uint64_t bits = states[k].bits & ~seen;
+            seen |= bits;
             *states[k].term += (uint64_t)__builtin_popcountll(bits) * LULL_SLICE_SIZE;
         }
-    /* the rest of free_map (a bit that moved between our two reads) */
-    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
-        a->dirty += (uint64_t)__builtin_popcountll(free_map[w] & ~seen[w]) * LULL_SLICE_SIZE;
+        free_map[w] = seen;
+    }
     /* in-use slices: walk the spans */
     RACY_READS_BEGIN();
     for (unsigned i = LULL_META_SLICES; i < LULL_SLICES;) {
