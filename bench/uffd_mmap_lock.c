@@ -53,7 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Newer than the Linux 6.1 headers (same values as src/linux_compat.h). */
+/* Newer than the Linux 6.1 headers (same values as base/linux_compat.h). */
 #ifndef UFFD_FEATURE_WP_UNPOPULATED
 #define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
 #endif

@@ -1,11 +1,9 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
 #include "numa/slice_state.h"
-#include "reclaim/policy.h"
-#include "reclaim/reclaim.h"
-#include "src/bitmap.h"
-#include "src/os.h"
-#include "src/segment_map.h"
+#include "base/bitmap.h"
+#include "base/os.h"
+#include "base/segment_map.h"
 
 #include <errno.h>
 #include <string.h>
@@ -16,6 +14,28 @@ int lull_arena_count = 1;
 void (*lull_segment_prepare_hook)(void *segment, size_t len, int node);
 
 static struct timespec start_time;
+
+/* Read and installed atomically: a thread may take a span while the
+ * library constructor installs them. */
+static struct {
+    void (*reused)(uint32_t, uint32_t, bool, uint32_t);
+    void (*purged)(uint32_t);
+    void (*span_given_back)(void);
+    void (*span_taking)(void);
+} listener;
+
+void lull_arena_listen(const lull_arena_listener *l) {
+    __atomic_store_n(&listener.reused, l->reused, __ATOMIC_RELEASE);
+    __atomic_store_n(&listener.purged, l->purged, __ATOMIC_RELEASE);
+    __atomic_store_n(&listener.span_given_back, l->span_given_back, __ATOMIC_RELEASE);
+    __atomic_store_n(&listener.span_taking, l->span_taking, __ATOMIC_RELEASE);
+}
+
+#define NOTIFY(event, ...)                                                                         \
+    do {                                                                                           \
+        __typeof__(listener.event) fn_ = __atomic_load_n(&listener.event, __ATOMIC_ACQUIRE);       \
+        if (fn_) fn_(__VA_ARGS__);                                                                 \
+    } while (0)
 
 uint32_t lull_now_ms(void) {
     struct timespec t;
@@ -80,8 +100,7 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
                 k += cnt;
             }
         if (freed) /* 0: never used since the segment was mapped */
-            lull_policy_record_reuse(&lull_the_policy, now - freed, j - i, purged != 0,
-                                     purged ? now - purged : 0);
+            NOTIFY(reused, now - freed, j - i, purged != 0, purged ? now - purged : 0);
         else
             atomic_fetch_add_explicit(&lull_arena_first_use_slices, j - i, memory_order_relaxed);
         i = j;
@@ -118,7 +137,7 @@ static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
 }
 
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
-    lull_reclaim_start_point(); /* a fork child's deferred reclaim thread */
+    NOTIFY(span_taking); /* a fork child's deferred reclaim thread may start here */
     pthread_mutex_lock(&a->lock);
     /* dirty memory is resident already: reuse it first; then slices given
      * back with MADV_FREE (resident until the kernel needs the memory:
@@ -175,7 +194,7 @@ void lull_arena_free_span(lull_span *span) {
         atomic_store_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
     }
     lull_slices_give_back(s, first, n);
-    lull_reclaim_note_give_back();
+    NOTIFY(span_given_back);
 }
 
 /* Reclaim side ------------------------------------------------------- */
@@ -209,7 +228,7 @@ void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     uint32_t now = lull_now_ms();
     for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
         atomic_store_explicit(&r->segment->purged_ms[i], now, memory_order_relaxed);
-    lull_policy_record_purge(&lull_the_policy, r->count);
+    NOTIFY(purged, r->count);
     lull_slices_finish(r, lazy ? LULL_SLICES_CLEAN_LAZY : LULL_SLICES_CLEAN);
 }
 

@@ -10,7 +10,7 @@
 #define LULL_ARENA_H
 
 #include "numa/slice_state.h"
-#include "src/types.h"
+#include "base/types.h"
 
 typedef struct lull_arena {
     pthread_mutex_t lock;           /* request threads' span search and growth */
@@ -23,6 +23,19 @@ typedef struct lull_arena {
 
 extern lull_arena lull_arenas[LULL_MAX_NODES];
 extern int lull_arena_count;
+
+/* What the reclaim side wants to hear of the arenas (its purge policy, and
+ * a fork child's deferred reclaim thread), installed by reclaim/ when it
+ * registers; each NULL until then. numa/ knows nothing of reclaim/. */
+typedef struct lull_arena_listener {
+    /* n slices taken again, freed interval_ms ago; purged: they had been
+     * purged since_purge_ms before */
+    void (*reused)(uint32_t interval_ms, uint32_t n, bool purged, uint32_t since_purge_ms);
+    void (*purged)(uint32_t slices); /* a run was purged */
+    void (*span_given_back)(void);   /* a span went back (any thread, mid heap update) */
+    void (*span_taking)(void);       /* a span is about to be taken (no heap update under way) */
+} lull_arena_listener;
+void lull_arena_listen(const lull_arena_listener *l);
 
 /* Called when a segment is mapped, before it is published: NUMA binding and
  * refault-monitor registration hook in here (whole segments, once). */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "numa/topology.h"
-#include "src/config.h"
+#include "base/config.h"
 
 /* Set the policy of [addr, addr + len) (addr page aligned) for an arena of
  * `node`:

@@ -3,8 +3,8 @@
 #define _GNU_SOURCE
 #endif
 #include "numa/home_node.h"
-#include "src/linux_compat.h"
-#include "src/message.h"
+#include "base/linux_compat.h"
+#include "base/message.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -6,18 +6,16 @@
 #include "numa/arena.h"
 #include "numa/bind.h"
 #include "numa/home_node.h"
+#include "numa/numa_module.h"
 #include "numa/topology.h"
-#include "src/config.h"
-#include "src/heap.h"
-#include "src/home.h"
-#include "src/init.h"
-#include "src/message.h"
+#include "base/config.h"
+#include "numa/home_arena.h"
+#include "base/module.h"
+#include "base/message.h"
 
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
-
-void lull_numa_register(void);
 
 static int arena_of_node(int node) {
     const struct numa_topology *t = numa_topology();
@@ -114,26 +112,8 @@ static void numa_start(void) {
                  numa_topology_source(), home_node_source());
 }
 
-LULL_EXPORT int lull_thread_set_node(int node) {
-    lull_ensure_init();
-    lull_heap *h = lull_heap_get_or_create();
-    if (!h) return -ENOMEM;
-    int err = home_node_set_thread(node);
-    if (err) return err;
-    int arena = node >= 0 ? arena_of_node(node) : home_arena();
-    if (arena != h->node) {
-        /* The heap's spans are memory of its old node, and it would keep
-         * serving small blocks from them: leave it to the next thread of
-         * that node (as at thread exit) and take a heap of the new one
-         * (lull_home_node() now sees the override). */
-        lull_heap_abandon(h);
-        h = lull_heap_get_or_create();
-        if (!h) return -ENOMEM;
-    }
-    h->node_pinned = node >= 0;
-    h->node = arena;
-    h->arena = &lull_arenas[arena];
-    return 0;
+int lull_numa_arena_of_node(int node) {
+    return node >= 0 ? arena_of_node(node) : home_arena();
 }
 
 void lull_numa_register(void) {

@@ -1,8 +1,8 @@
 /* The slice state machine; see slice_state.h. Every change of a segment's
  * slice maps is here. */
 #include "numa/slice_state.h"
-#include "src/bitmap.h"
-#include "src/race.h"
+#include "base/bitmap.h"
+#include "base/race.h"
 
 static _Atomic uint64_t *map_of(lull_segment *s, lull_slice_state st) {
     switch (st) {

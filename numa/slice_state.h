@@ -11,7 +11,7 @@
 #ifndef LULL_SLICE_STATE_H
 #define LULL_SLICE_STATE_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 /* A run of slices of one segment, moved through the states together. */
 typedef struct lull_slice_run {

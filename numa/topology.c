@@ -7,8 +7,8 @@
 #define _GNU_SOURCE
 #endif
 #include "numa/topology.h"
-#include "src/fault.h"
-#include "src/message.h"
+#include "base/fault.h"
+#include "base/message.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  * (earlier kernels allow only MADV_COLD/PAGEOUT/WILLNEED/COLLAPSE and answer
  * EINVAL), so the open probes it on a scratch page. */
 #include "reclaim/purge_backend.h"
-#include "src/fault.h"
+#include "base/fault.h"
 
 #include <errno.h>
 #include <sys/mman.h>

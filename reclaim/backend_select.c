@@ -1,7 +1,7 @@
 /* Purge backends: probing and choice at open, the common entry point (range
  * checks, batching, dispatch), degradation, close and fork. */
 #include "reclaim/purge_backend.h"
-#include "src/message.h"
+#include "base/message.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,8 +8,8 @@
  * A batch never returns with a request in flight: a late MADV_DONTNEED on a
  * range the allocator has handed out again would zero live blocks. */
 #include "reclaim/purge_backend.h"
-#include "src/fault.h"
-#include "src/message.h"
+#include "base/fault.h"
+#include "base/message.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* The cache of freed huge mappings; see huge_cache.h. */
 #include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
-#include "src/config.h"
-#include "src/huge.h"
+#include "base/config.h"
+#include "numa/huge.h"
 
 #include <stdatomic.h>
 

@@ -24,7 +24,7 @@
 #define LULL_HUGE_CACHE_H
 
 #include "reclaim/huge_word.h"
-#include "src/types.h"
+#include "base/types.h"
 
 #define LULL_HUGE_CACHE_SLOTS 64
 

@@ -14,7 +14,7 @@
 #ifndef LULL_HUGE_QUEUE_H
 #define LULL_HUGE_QUEUE_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 #define LULL_HUGE_QUEUE_SLOTS 128
 /* Queued address space over which a huge malloc takes a queued mapping

@@ -4,8 +4,8 @@
 #include "reclaim/huge_queue.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
-#include "src/config.h"
-#include "src/huge.h"
+#include "base/config.h"
+#include "numa/huge.h"
 
 #include <sys/mman.h>
 

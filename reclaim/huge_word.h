@@ -9,7 +9,7 @@
 #ifndef LULL_HUGE_WORD_H
 #define LULL_HUGE_WORD_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 enum {
     LULL_HC_EMPTY = 0,

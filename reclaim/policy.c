@@ -2,7 +2,7 @@
  * counters (relaxed atomics on the arena slow path); the reclaim thread
  * reads, decays and decides. */
 #include "reclaim/policy.h"
-#include "src/linux_compat.h"
+#include "base/linux_compat.h"
 
 #include <stdatomic.h>
 #include <string.h>

@@ -25,7 +25,7 @@
 #ifndef LULL_RECLAIM_PURGE_BACKEND_H
 #define LULL_RECLAIM_PURGE_BACKEND_H
 
-#include "src/config.h" /* lull_backend_kind; defines _GNU_SOURCE first */
+#include "base/config.h" /* lull_backend_kind; defines _GNU_SOURCE first */
 
 #include <errno.h>
 #include <liburing.h>

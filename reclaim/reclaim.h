@@ -14,7 +14,7 @@
 #ifndef LULL_RECLAIM_H
 #define LULL_RECLAIM_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -39,6 +39,10 @@ typedef struct lull_reclaim_stats {
 } lull_reclaim_stats;
 
 void lull_reclaim_register(void);
+
+/* Run by the reclaim thread each tick, if set: src/heap.c's collection of
+ * the remote frees into abandoned heaps (reclaim/ knows no heap). */
+extern void (*lull_reclaim_collect_hook)(void);
 
 /* In a fork child the reclaim thread is not started by the atfork handler:
  * a child that execs or exits soon stays single-threaded (it can unshare a

@@ -24,13 +24,12 @@
 #include "reclaim/purge_backend.h"
 #include "reclaim/refault.h"
 #include "reclaim/warm_reserve.h"
-#include "src/config.h"
-#include "src/fault.h"
-#include "src/heap.h"
-#include "src/huge.h"
-#include "src/init.h"
-#include "src/message.h"
-#include "src/race.h"
+#include "base/config.h"
+#include "base/fault.h"
+#include "numa/huge.h"
+#include "base/module.h"
+#include "base/message.h"
+#include "base/race.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -202,9 +201,10 @@ static bool tick(void) {
     }
     if (delay != LULL_PURGE_DELAY_NEVER) work |= warm_tick(now);
     lull_refault_tick(now);
-    /* the remote frees into heaps of exited threads: collected here, their
-     * emptied spans are purged from the next tick on */
-    lull_heaps_collect_abandoned();
+    /* the remote frees into heaps of exited threads (src/heap.c's hook):
+     * collected here, their emptied spans are purged from the next tick on */
+    void (*collect)(void) = __atomic_load_n(&lull_reclaim_collect_hook, __ATOMIC_ACQUIRE);
+    if (collect) collect();
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     __atomic_store_n(&R.stats.cpu_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec,
@@ -466,7 +466,32 @@ static void reclaim_fork_child(void) {
                  wanted ? LULL_RECLAIM_DEFERRED : LULL_RECLAIM_NOT_DEFERRED);
 }
 
+static void policy_reused(uint32_t interval_ms, uint32_t n, bool purged, uint32_t since_purge_ms) {
+    lull_policy_record_reuse(&lull_the_policy, interval_ms, n, purged, since_purge_ms);
+}
+
+static void policy_purged(uint32_t slices) {
+    lull_policy_record_purge(&lull_the_policy, slices);
+}
+
+static void span_given_back(void) {
+    lull_reclaim_note_give_back();
+}
+
+static void span_taking(void) {
+    lull_reclaim_start_point();
+}
+
+void (*lull_reclaim_collect_hook)(void);
+
 void lull_reclaim_register(void) {
+    static const lull_arena_listener listener = {
+        .reused = policy_reused,
+        .purged = policy_purged,
+        .span_given_back = span_given_back,
+        .span_taking = span_taking,
+    };
+    lull_arena_listen(&listener);
     static const lull_module_hooks hooks = {
         .start = reclaim_start,
         .fork_prepare = reclaim_fork_prepare,

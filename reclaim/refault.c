@@ -4,9 +4,9 @@
 #include "numa/slice_state.h"
 #include "reclaim/policy.h"
 #include "reclaim/uffd.h"
-#include "src/bitmap.h"
-#include "src/config.h"
-#include "src/message.h"
+#include "base/bitmap.h"
+#include "base/config.h"
+#include "base/message.h"
 
 #define SCAN_EVERY_MS 50
 #define SCAN_REGIONS 64

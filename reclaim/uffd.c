@@ -1,9 +1,9 @@
 /* Refault monitor primitives; see uffd.h. */
 #define _GNU_SOURCE
 #include "reclaim/uffd.h"
-#include "src/fault.h"
-#include "src/linux_compat.h"
-#include "src/message.h"
+#include "base/fault.h"
+#include "base/linux_compat.h"
+#include "base/message.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -103,7 +103,7 @@
 #ifndef LULL_RECLAIM_UFFD_H
 #define LULL_RECLAIM_UFFD_H
 
-#include "src/linux_compat.h"
+#include "base/linux_compat.h"
 
 #include <stdbool.h>
 #include <stddef.h>

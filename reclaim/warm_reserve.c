@@ -4,8 +4,8 @@
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/refault.h"
-#include "src/config.h"
-#include "src/linux_compat.h"
+#include "base/config.h"
+#include "base/linux_compat.h"
 
 #define STEP_RUNS 64
 

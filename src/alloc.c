@@ -3,12 +3,12 @@
  * the checks that turn an invalid or double free into a clear abort. */
 #include "src/alloc.h"
 #include "numa/arena.h"
-#include "src/config.h"
-#include "src/home.h"
-#include "src/huge.h"
+#include "base/config.h"
+#include "numa/home_arena.h"
+#include "numa/huge.h"
 #include "src/init.h"
-#include "src/message.h"
-#include "src/race.h"
+#include "base/message.h"
+#include "base/race.h"
 
 #include <errno.h>
 #include <string.h>

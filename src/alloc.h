@@ -6,7 +6,7 @@
 
 #include "src/free_errors.h"
 #include "src/heap.h"
-#include "src/segment_map.h"
+#include "base/segment_map.h"
 #include "src/size_class.h"
 #include "src/span.h"
 

@@ -1,9 +1,14 @@
 /* The small public API around the malloc family: configuration, the purge
  * delay, per-thread controls. */
 #include "lull.h"
-#include "src/config.h"
+#include "base/config.h"
+#include "numa/arena.h"
+#include "numa/home_node.h"
+#include "numa/numa_module.h"
 #include "src/heap.h"
 #include "src/init.h"
+
+#include <errno.h>
 
 LULL_EXPORT bool lull_configure(const char *key, const char *value) {
     return lull_config_set(key, value);
@@ -23,4 +28,26 @@ LULL_EXPORT long lull_purge_delay_ms(void) {
 LULL_EXPORT void lull_thread_collect(void) {
     lull_heap *h = lull_tl_heap;
     if (h != &lull_heap_empty) lull_heap_collect(h, true);
+}
+
+LULL_EXPORT int lull_thread_set_node(int node) {
+    lull_ensure_init();
+    lull_heap *h = lull_heap_get_or_create();
+    if (!h) return -ENOMEM;
+    int err = home_node_set_thread(node);
+    if (err) return err;
+    int arena = lull_numa_arena_of_node(node);
+    if (arena != h->node) {
+        /* The heap's spans are memory of its old node, and it would keep
+         * serving small blocks from them: leave it to the next thread of
+         * that node (as at thread exit) and take a heap of the new one
+         * (lull_home_node() now sees the override). */
+        lull_heap_abandon(h);
+        h = lull_heap_get_or_create();
+        if (!h) return -ENOMEM;
+    }
+    h->node_pinned = node >= 0;
+    h->node = arena;
+    h->arena = &lull_arenas[arena];
+    return 0;
 }

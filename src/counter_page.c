@@ -7,8 +7,8 @@
 #endif
 #include "src/counter_page.h"
 #include "lull.h"
-#include "src/fault.h"
-#include "src/message.h"
+#include "base/fault.h"
+#include "base/message.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -3,8 +3,8 @@
  * LD_PRELOAD=liblull.so both replace the system allocator. */
 #include "lull.h"
 #include "src/alloc.h"
-#include "src/huge.h"
-#include "src/message.h"
+#include "numa/huge.h"
+#include "base/message.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* The shared aborts of invalid frees; see free_errors.h. */
 #include "src/free_errors.h"
-#include "src/message.h"
+#include "base/message.h"
 #include "src/span.h"
 
 void lull_fatal_misaligned(const void *p, const lull_span *span) {

@@ -4,7 +4,7 @@
 #ifndef LULL_FREE_ERRORS_H
 #define LULL_FREE_ERRORS_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 /* A block freed twice from other threads (alloc.c's push, heap.c's
  * collection). */

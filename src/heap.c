@@ -3,10 +3,11 @@
  * one of its spans. Heaps live in chunks mapped once and are never freed. */
 #include "src/heap.h"
 #include "numa/arena.h"
+#include "reclaim/reclaim.h"
 #include "src/free_errors.h"
-#include "src/home.h"
-#include "src/message.h"
-#include "src/race.h"
+#include "numa/home_arena.h"
+#include "base/message.h"
+#include "base/race.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
@@ -52,6 +53,7 @@ bool lull_heap_thread_done(void) {
 
 void lull_heaps_init(void) {
     pthread_key_create(&heap_key, heap_thread_exit);
+    __atomic_store_n(&lull_reclaim_collect_hook, lull_heaps_collect_abandoned, __ATOMIC_RELEASE);
 }
 
 static lull_heap *heap_alloc_locked(void) {

@@ -5,7 +5,7 @@
 #define LULL_HEAP_H
 
 #include "src/size_class.h"
-#include "src/types.h"
+#include "base/types.h"
 
 /* Bytes of spans a heap keeps for reuse when they empty (the others go back
  * to the arena, where the reclaim thread can purge them): the most an idle

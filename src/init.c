@@ -4,13 +4,14 @@
  * counter page) start from the library constructor, never from inside a
  * malloc that might hold a loader lock pthread_create needs. */
 #include "src/init.h"
+#include "base/module.h"
 #include "numa/arena.h"
-#include "src/config.h"
-#include "src/fault.h"
+#include "base/config.h"
+#include "base/fault.h"
 #include "src/heap.h"
-#include "src/message.h"
-#include "src/os.h"
-#include "src/race.h"
+#include "base/message.h"
+#include "base/os.h"
+#include "base/race.h"
 #include "src/size_class.h"
 
 #include <pthread.h>
@@ -19,12 +20,6 @@
 #include <unistd.h>
 
 static _Atomic int init_state; /* 0 none, 1 running, 2 done */
-static lull_module_hooks modules[LULL_MAX_MODULES];
-static int module_count;
-
-void lull_register_module(const lull_module_hooks *hooks) {
-    if (module_count < LULL_MAX_MODULES) modules[module_count++] = *hooks;
-}
 
 bool lull_ensure_init(void) {
     int s = atomic_load_explicit(&init_state, memory_order_acquire);
@@ -52,8 +47,7 @@ bool lull_ensure_init(void) {
  * takes an arena's lock (the warm reserve maps a spare segment) or the heap
  * registry's (its own first malloc), so that order is the only one. */
 static void fork_prepare(void) {
-    for (int i = module_count - 1; i >= 0; i--)
-        if (modules[i].fork_prepare) modules[i].fork_prepare();
+    lull_modules_run(LULL_MODULE_FORK_PREPARE, 1);
     /* the reclaim thread is between steps now: hold the fork here */
     LULL_RACE_POINT(LULL_RACE_FORK);
     lull_heaps_fork_prepare();
@@ -65,20 +59,17 @@ static void fork_parent(void) {
     for (int i = lull_arena_count - 1; i >= 0; i--)
         pthread_mutex_unlock(&lull_arenas[i].lock);
     lull_heaps_fork_parent();
-    for (int i = 0; i < module_count; i++)
-        if (modules[i].fork_parent) modules[i].fork_parent();
+    lull_modules_run(LULL_MODULE_FORK_PARENT, 0);
 }
 
 static void fork_child(void) {
     lull_arenas_after_fork_child();
     lull_heaps_fork_child();
-    for (int i = 0; i < module_count; i++)
-        if (modules[i].fork_child) modules[i].fork_child();
+    lull_modules_run(LULL_MODULE_FORK_CHILD, 0);
 }
 
 static void run_at_exit(void) {
-    for (int i = module_count - 1; i >= 0; i--)
-        if (modules[i].at_exit) modules[i].at_exit();
+    lull_modules_run(LULL_MODULE_AT_EXIT, 1);
 }
 
 void lull_modules_register_all(void); /* modules.c: the list of modules */
@@ -87,8 +78,7 @@ __attribute__((constructor(101))) static void lull_constructor(void) {
     lull_ensure_init();
     lull_modules_register_all();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    for (int i = 0; i < module_count; i++)
-        if (modules[i].start) modules[i].start();
+    lull_modules_run(LULL_MODULE_START, 0);
     lull_config_mark_started();
     atexit(run_at_exit);
     lull_verbose("%s active (pid %d)",

@@ -2,12 +2,12 @@
  * hooks (start, fork, exit) with lull_register_module(); fork-child hooks
  * run in this order, so the counter page is forgotten before the child's
  * reclaim thread starts and opens its own. */
+#include "numa/numa_module.h"
 #include "reclaim/reclaim.h"
-#include "src/init.h"
+#include "base/module.h"
 
 void lull_modules_register_all(void);
 void lull_stats_publish_register(void);
-void lull_numa_register(void);
 
 void lull_modules_register_all(void) {
     lull_numa_register();

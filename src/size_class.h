@@ -6,7 +6,7 @@
 #ifndef LULL_SIZE_CLASS_H
 #define LULL_SIZE_CLASS_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 typedef struct lull_class_info {
     uint32_t block_size;

@@ -9,7 +9,7 @@
 #ifndef LULL_SPAN_H
 #define LULL_SPAN_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 static inline lull_block *lull_block_next(const lull_block *b) {
     return (lull_block *)(b->next_encoded ^ ((uintptr_t)b >> 12));

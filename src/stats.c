@@ -7,10 +7,10 @@
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim.h"
 #include "reclaim/refault.h"
-#include "src/config.h"
+#include "base/config.h"
 #include "src/heap.h"
-#include "src/huge.h"
-#include "src/message.h"
+#include "numa/huge.h"
+#include "base/message.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,8 +5,8 @@
  * failed exec, removed at exit, _exit and exec (src/counter_page.h).
  * Request threads never write the page. */
 #include "src/counter_page.h"
-#include "src/config.h"
-#include "src/init.h"
+#include "base/config.h"
+#include "base/module.h"
 #include "src/stats.h"
 
 #include <stdbool.h>

@@ -6,7 +6,7 @@
 #                 the tests tests/tsan/tsan.cmake lists) and the programs of
 #                 tests/tsan/ (LULL_TSAN=0 skips it)
 #   build-race/   the race harness: scheduling points in every cross-thread
-#                 protocol (-DLULL_RACE=ON, src/race.h) and `ctest -R race`
+#                 protocol (-DLULL_RACE=ON, base/race.h) and `ctest -R race`
 #   build-fuzz/   clang + libFuzzer: tests/fuzz/regress/ inputs, then a fuzz run
 #                 of LULL_FUZZ_SECONDS (60) from tests/fuzz/corpus/ (LULL_FUZZ=0
 #                 skips it)

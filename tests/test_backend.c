@@ -4,7 +4,7 @@
  * report their errno without degrading, io-wq workers are pinned, and a
  * forked child never touches the parent's ring. */
 #include "reclaim/purge_backend.h"
-#include "src/fault.h"
+#include "base/fault.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>

@@ -1,4 +1,4 @@
-/* The configuration (src/config.c) given hostile or careless input:
+/* The configuration (base/config.c) given hostile or careless input:
  *
  *  - numbers: out of range (also past what a long or an unsigned holds),
  *    with a space or a sign around them: refused with one message naming
@@ -15,8 +15,8 @@
  * force as key=value lines. */
 #define _GNU_SOURCE
 #include "lull.h"
-#include "src/config.h"
-#include "src/fault.h"
+#include "base/config.h"
+#include "base/fault.h"
 
 #include "tests/support/reexec.h"
 

@@ -8,9 +8,9 @@
 #include <criterion/criterion.h>
 
 #include "lull/counters.h"
-#include "src/config.h"
+#include "base/config.h"
 #include "src/counter_page.h"
-#include "src/fault.h"
+#include "base/fault.h"
 #include "lull.h"
 #include "tests/support/reexec.h"
 

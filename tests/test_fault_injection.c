@@ -1,4 +1,4 @@
-/* Every kernel call lull makes, made to fail (src/fault.h), and what lull
+/* Every kernel call lull makes, made to fail (base/fault.h), and what lull
  * must do then (design.md invariant 5: degrade to the next mechanism, say
  * so, never lose a block or crash the program):
  *
@@ -26,7 +26,7 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
-#include "src/fault.h"
+#include "base/fault.h"
 #include "tests/support/mem_check.h"
 
 #include <criterion/criterion.h>

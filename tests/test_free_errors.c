@@ -1,16 +1,16 @@
 /* Invalid and double frees end in a clear abort: each bad operation runs in a
  * forked child whose stderr goes to a pipe; the child must die of SIGABRT
  * and its message must say "lull", print the address as %p does, and name
- * the problem. Also the configuration errors (src/config.c): a bad value or
+ * the problem. Also the configuration errors (base/config.c): a bad value or
  * an unknown key is reported once, naming the key, and the default is kept,
  * from lull_configure() and from LULL_CONF in a new process. */
 #define _GNU_SOURCE
 #include "lull.h"
 #include "numa/arena.h"
-#include "src/fault.h"
+#include "base/fault.h"
 #include "src/heap.h"
 #include "src/span.h"
-#include "src/types.h"
+#include "base/types.h"
 
 #include "tests/support/reexec.h"
 

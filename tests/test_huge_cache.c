@@ -13,7 +13,7 @@
 #include "numa/arena.h"
 #include "reclaim/huge_cache.h"
 #include "reclaim/reclaim.h"
-#include "src/types.h"
+#include "base/types.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>

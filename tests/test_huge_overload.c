@@ -24,7 +24,7 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "reclaim/huge_queue.h"
-#include "src/types.h"
+#include "base/types.h"
 #include "tests/support/reclaim_hold.h"
 #include "tests/support/reexec.h"
 #include "tests/support/syscall_watch.h"

@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 
 #include "lull/counters.h"
-#include "src/config.h"
+#include "base/config.h"
 #include "src/counter_page.h"
 
 #include <errno.h>

@@ -1,14 +1,14 @@
-/* The malloc family as lull_* (src/entry.c, src/alloc.c, src/huge.c): zeroing,
+/* The malloc family as lull_* (src/entry.c, src/alloc.c, numa/huge.c): zeroing,
  * realloc across small / large / huge, alignment, the error cases and their
  * errno, usable sizes, ownership, and what happens when mmap fails. */
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
-#include "src/fault.h"
+#include "base/fault.h"
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
-#include "src/types.h"
+#include "base/types.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -21,8 +21,8 @@
 #include "numa/bind.h"
 #include "numa/home_node.h"
 #include "numa/topology.h"
-#include "src/config.h"
-#include "src/fault.h"
+#include "base/config.h"
+#include "base/fault.h"
 #include "tests/support/reexec.h"
 
 /* Distances from row to column; asymmetric on purpose (d[0][1] = 30 but

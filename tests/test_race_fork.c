@@ -1,5 +1,5 @@
 /* fork() while the reclaim thread purges (issue 12, item 4), with the race
- * harness holding its windows open (src/race.h; built with -DLULL_RACE=ON).
+ * harness holding its windows open (base/race.h; built with -DLULL_RACE=ON).
  *
  * The main thread churns blocks of 64 KiB - 1 MiB (so that slices go dirty
  * all the time) while the reclaim thread purges them at once (delay 0), and
@@ -16,7 +16,7 @@
  * time) and asserts that every child exited 0. */
 #define _GNU_SOURCE
 #include "lull.h"
-#include "src/race.h"
+#include "base/race.h"
 #include "support/mem_check.h"
 #include "support/slice_check.h"
 

@@ -1,7 +1,7 @@
 /* Race harness: remote frees racing the owner's collection, the owner's
  * exit and a second free of the same block (issue 12, items 1 and 2).
  *
- * Built only with -DLULL_RACE=ON (src/race.h): the scheduling points of the
+ * Built only with -DLULL_RACE=ON (base/race.h): the scheduling points of the
  * remote free (before the push, between the push and the queueing of the
  * span), of the owner's collection, of span release and of heap abandon and
  * adopt hold each window open for a time drawn from a seed, so the other
@@ -13,7 +13,7 @@
  * block. */
 #define _GNU_SOURCE
 #include "lull.h"
-#include "src/race.h"
+#include "base/race.h"
 
 #include "tests/support/mem_check.h"
 

@@ -34,7 +34,7 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "numa/arena.h"
-#include "src/linux_compat.h"
+#include "base/linux_compat.h"
 #include "tests/support/reclaim_hold.h"
 #include "tests/support/reexec.h"
 #include "tests/support/timing.h"

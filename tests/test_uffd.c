@@ -3,7 +3,7 @@
  * the monitor, registration does not split VMAs, and fork is handled. */
 #define _GNU_SOURCE
 #include "reclaim/uffd.h"
-#include "src/fault.h"
+#include "base/fault.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -6,8 +6,8 @@
 # Writes OUT_DIR/init and OUT_DIR/initramfs.cpio (newc, uncompressed: the
 # kernel unpacks it as is). The program is guest_main.c plus every
 # check_*.c of this folder. Without --lib it is linked with lull's NUMA
-# sources (numa/topology.c, home_node.c, bind.c, src/fault.c,
-# src/message.c) and compiled with -DLULL_GUEST_NO_LIB=1, so a check file
+# sources (numa/topology.c, home_node.c, bind.c, base/fault.c,
+# base/message.c) and compiled with -DLULL_GUEST_NO_LIB=1, so a check file
 # that needs the whole allocator can compile itself out (#ifndef
 # LULL_GUEST_NO_LIB). With --lib, liblull.a (built with the same compiler)
 # is linked statically instead (whole archive, so its malloc replaces
@@ -37,7 +37,7 @@ libs=()
 if [ -z "$lib" ]; then
     cflags+=(-DLULL_GUEST_NO_LIB=1)
     sources+=("$src/numa/topology.c" "$src/numa/home_node.c" "$src/numa/bind.c"
-        "$src/src/fault.c" "$src/src/message.c")
+        "$src/base/fault.c" "$src/base/message.c")
 else
     uring=/usr/lib/x86_64-linux-gnu/liburing.a
     # --whole-archive: the program itself calls no malloc, so without it the

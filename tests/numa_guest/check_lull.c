@@ -47,7 +47,7 @@
 #define KIB ((size_t)1024)
 #define MIB (1024 * KIB)
 #define PAGE ((uintptr_t)4096)
-/* lull's size limits (src/types.h): blocks up to SMALL_MAX come from size
+/* lull's size limits (base/types.h): blocks up to SMALL_MAX come from size
  * classes, up to LARGE_MAX from one-block spans, larger ones are huge
  * mappings; segments are 32 MiB, aligned. */
 #define SMALL_MAX (512 * KIB)

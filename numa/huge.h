@@ -7,7 +7,7 @@
 #ifndef LULL_HUGE_H
 #define LULL_HUGE_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 /* Every huge byte is in one of these, per node: mapped = live + metadata
  * (header and alignment pad) + slack (address space before the aligned

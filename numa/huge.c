@@ -1,12 +1,12 @@
 /* Huge blocks; see huge.h. */
-#include "src/huge.h"
-#include "src/config.h"
-#include "src/message.h"
-#include "src/os.h"
-#include "src/segment_map.h"
+#include "numa/huge.h"
+#include "base/config.h"
+#include "base/message.h"
+#include "base/os.h"
+#include "base/segment_map.h"
 
 #include "numa/arena.h"
-#include "src/fault.h"
+#include "base/fault.h"
 
 #include <errno.h>
 #include <sys/mman.h>

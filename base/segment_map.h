@@ -7,7 +7,7 @@
 #ifndef LULL_SEGMENT_MAP_H
 #define LULL_SEGMENT_MAP_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 #define LULL_ADDRESS_BITS 47
 #define LULL_SEGMAP_ENTRIES ((size_t)1 << (LULL_ADDRESS_BITS - LULL_SEGMENT_SHIFT))

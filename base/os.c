@@ -2,9 +2,9 @@
  * MAP_FIXED_NOREPLACE at consecutive 32 MiB boundaries of a region found at
  * start, so that no request thread ever has to trim a misaligned mapping
  * with munmap, and neighbouring segments merge into few VMAs. */
-#include "src/os.h"
-#include "src/fault.h"
-#include "src/types.h"
+#include "base/os.h"
+#include "base/fault.h"
+#include "base/types.h"
 
 #include <errno.h>
 #include <stdatomic.h>

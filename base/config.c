@@ -1,7 +1,7 @@
 /* Configuration parsing; see config.h. Runs before anything can allocate,
  * so it reads the environment in place and keeps no copies. */
-#include "src/config.h"
-#include "src/message.h"
+#include "base/config.h"
+#include "base/message.h"
 
 #include <ctype.h>
 #include <stdarg.h>

@@ -2,7 +2,7 @@
 #ifndef LULL_BITMAP_H
 #define LULL_BITMAP_H
 
-#include "src/types.h"
+#include "base/types.h"
 
 /* First index >= from where `n` consecutive bits are set in w, or -1. */
 static inline int lull_bitmap_find_run(const uint64_t *w, unsigned from, unsigned n) {

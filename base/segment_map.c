@@ -1,4 +1,4 @@
-#include "src/segment_map.h"
+#include "base/segment_map.h"
 /* The map itself; see segment_map.h. */
 _Atomic uint8_t lull_segment_map[LULL_SEGMAP_ENTRIES];
 

@@ -1,5 +1,5 @@
 /* Allocation-free reporting; see message.h. */
-#include "src/message.h"
+#include "base/message.h"
 
 #include <stdio.h>
 #include <stdlib.h>

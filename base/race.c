@@ -3,7 +3,7 @@
  * inside malloc, free, the reclaim thread and the fork handlers. */
 #ifdef LULL_RACE
 #define _GNU_SOURCE
-#include "src/race.h"
+#include "base/race.h"
 
 #include <sched.h>
 #include <stdatomic.h>

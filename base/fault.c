@@ -1,5 +1,5 @@
 /* Fault-injection switches; see fault.h. */
-#include "src/fault.h"
+#include "base/fault.h"
 
 #include <stdlib.h>
 #include <string.h>

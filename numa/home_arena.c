@@ -1,5 +1,5 @@
-/* The thread's home node; see home.h. */
-#include "src/home.h"
+/* The thread's home node; see home_arena.h. */
+#include "numa/home_arena.h"
 #include "numa/arena.h"
 
 static int (*home_node_fn)(void);

@@ -1,0 +1,34 @@
+/* The module registry; see module.h. */
+#include "base/module.h"
+
+#include <stddef.h>
+
+static lull_module_hooks modules[LULL_MAX_MODULES];
+static int module_count;
+
+void lull_register_module(const lull_module_hooks *hooks) {
+    if (module_count < LULL_MAX_MODULES) modules[module_count++] = *hooks;
+}
+
+static void (*hook_of(const lull_module_hooks *m, lull_module_event event))(void) {
+    switch (event) {
+    case LULL_MODULE_START:
+        return m->start;
+    case LULL_MODULE_FORK_PREPARE:
+        return m->fork_prepare;
+    case LULL_MODULE_FORK_PARENT:
+        return m->fork_parent;
+    case LULL_MODULE_FORK_CHILD:
+        return m->fork_child;
+    default:
+        return m->at_exit;
+    }
+}
+
+void lull_modules_run(lull_module_event event, int reversed) {
+    for (int k = 0; k < module_count; k++) {
+        const lull_module_hooks *m = &modules[reversed ? module_count - 1 - k : k];
+        void (*fn)(void) = hook_of(m, event);
+        if (fn) fn();
+    }
+}
