@@ -727,55 +727,44 @@ LULL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]
 }
 
 /* The list forms build the vector on the stack, as the C library's do
- * (arg is not NULL: the headers say so). */
-#define COUNT_ARGS(ap, n)                                                                          \
+ * (arg is not NULL: the headers say so): argv, declared in the caller's
+ * scope, gets arg and the list after it up to its NULL; ap is left at that
+ * NULL. A macro: the array lives in the caller's frame. */
+#define ARGV_FROM_LIST(argv, arg, ap)                                                              \
+    size_t argv##_n = 1;                                                                           \
     do {                                                                                           \
-        va_list cp;                                                                                \
-        va_copy(cp, ap);                                                                           \
-        n = 1;                                                                                     \
-        while (va_arg(cp, char *))                                                                 \
-            n++;                                                                                   \
-        va_end(cp);                                                                                \
-    } while (0)
+        va_list cp_;                                                                               \
+        va_copy(cp_, ap);                                                                          \
+        while (va_arg(cp_, char *))                                                                \
+            argv##_n++;                                                                            \
+        va_end(cp_);                                                                               \
+    } while (0);                                                                                   \
+    char *argv[argv##_n + 1];                                                                      \
+    argv[0] = (char *)(arg);                                                                       \
+    for (size_t i_ = 1; i_ < argv##_n; i_++)                                                       \
+        argv[i_] = va_arg(ap, char *);                                                             \
+    argv[argv##_n] = NULL
 
 LULL_EXPORT int execl(const char *path, const char *arg, ...) {
     va_list ap;
-    size_t n;
     va_start(ap, arg);
-    COUNT_ARGS(ap, n);
-    char *argv[n + 1];
-    argv[0] = (char *)arg;
-    for (size_t i = 1; i < n; i++)
-        argv[i] = va_arg(ap, char *);
-    argv[n] = NULL;
+    ARGV_FROM_LIST(argv, arg, ap);
     va_end(ap);
     return execv(path, argv);
 }
 
 LULL_EXPORT int execlp(const char *file, const char *arg, ...) {
     va_list ap;
-    size_t n;
     va_start(ap, arg);
-    COUNT_ARGS(ap, n);
-    char *argv[n + 1];
-    argv[0] = (char *)arg;
-    for (size_t i = 1; i < n; i++)
-        argv[i] = va_arg(ap, char *);
-    argv[n] = NULL;
+    ARGV_FROM_LIST(argv, arg, ap);
     va_end(ap);
     return execvp(file, argv);
 }
 
 LULL_EXPORT int execle(const char *path, const char *arg, ...) {
     va_list ap;
-    size_t n;
     va_start(ap, arg);
-    COUNT_ARGS(ap, n);
-    char *argv[n + 1];
-    argv[0] = (char *)arg;
-    for (size_t i = 1; i < n; i++)
-        argv[i] = va_arg(ap, char *);
-    argv[n] = NULL;
+    ARGV_FROM_LIST(argv, arg, ap);
     (void)va_arg(ap, char *); /* the NULL that ends the list */
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);

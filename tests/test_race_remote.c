@@ -142,6 +142,30 @@ static void report_hits(uint32_t mask, int rounds) {
     cr_log_info("%s", line);
 }
 
+/* Arm the points of a scenario and start its bystander and freer. */
+static pthread_t start_scenario(uint32_t mask, uint64_t seed) {
+    lull_race_arm(mask, seed, 200);
+    bystander_start();
+    pthread_t f;
+    cr_assert_eq(pthread_create(&f, NULL, freer, NULL), 0);
+    return f;
+}
+
+/* Stop the freer and the bystander, disarm, and check what a broken
+ * protocol breaks: every armed point reached, every block intact. */
+static void finish_scenario(pthread_t freer_thread, uint32_t mask, int rounds) {
+    atomic_store(&hand.quit, true);
+    pthread_join(freer_thread, NULL);
+    uint64_t bad = bystander_stop();
+    report_hits(mask, rounds);
+    bool reached = hits_reached(mask);
+    lull_race_arm(0, 0, 0);
+    cr_assert(reached, "not every point was reached in %d rounds", rounds);
+    cr_assert_eq(atomic_load(&hand.corrupt), 0, "%llu handed-over blocks lost their contents",
+                 (unsigned long long)atomic_load(&hand.corrupt));
+    cr_assert_eq(bad, 0, "%llu live blocks lost their contents", (unsigned long long)bad);
+}
+
 static void race_init(void) {
     lull_set_purge_delay_ms(0); /* released slices are purged at once */
     atomic_store(&hand.phase, 0);
@@ -156,10 +180,7 @@ static void race_init(void) {
 Test(race, remote_free_racing_the_owners_collection, .init = race_init, .timeout = 120) {
     uint32_t mask = MASK(LULL_RACE_REMOTE_PUSH) | MASK(LULL_RACE_REMOTE_QUEUE) |
                     MASK(LULL_RACE_COLLECT) | MASK(LULL_RACE_SPAN_RELEASE);
-    lull_race_arm(mask, 0x5eed0001, 200);
-    bystander_start();
-    pthread_t f;
-    cr_assert_eq(pthread_create(&f, NULL, freer, NULL), 0);
+    pthread_t f = start_scenario(mask, 0x5eed0001);
     int round = 0;
     for (; round < MAX_ROUNDS && (round < MIN_ROUNDS || !hits_reached(mask)); round++) {
         fill_batch((uint64_t)round + 1);
@@ -169,16 +190,7 @@ Test(race, remote_free_racing_the_owners_collection, .init = race_init, .timeout
         lull_thread_collect();
         atomic_store(&hand.phase, 0);
     }
-    atomic_store(&hand.quit, true);
-    pthread_join(f, NULL);
-    uint64_t bad = bystander_stop();
-    report_hits(mask, round);
-    bool reached = hits_reached(mask);
-    lull_race_arm(0, 0, 0);
-    cr_assert(reached, "not every point was reached in %d rounds", round);
-    cr_assert_eq(atomic_load(&hand.corrupt), 0, "%llu handed-over blocks lost their contents",
-                 (unsigned long long)atomic_load(&hand.corrupt));
-    cr_assert_eq(bad, 0, "%llu live blocks lost their contents", (unsigned long long)bad);
+    finish_scenario(f, mask, round);
 }
 
 /* The owner thread exits (its heap is collected and abandoned, then adopted
@@ -197,10 +209,7 @@ Test(race, remote_free_racing_the_owners_exit, .init = race_init, .timeout = 120
     uint32_t mask = MASK(LULL_RACE_REMOTE_PUSH) | MASK(LULL_RACE_REMOTE_QUEUE) |
                     MASK(LULL_RACE_COLLECT) | MASK(LULL_RACE_SPAN_RELEASE) |
                     MASK(LULL_RACE_ABANDON) | MASK(LULL_RACE_ADOPT);
-    lull_race_arm(mask, 0x5eed0002, 200);
-    bystander_start();
-    pthread_t f;
-    cr_assert_eq(pthread_create(&f, NULL, freer, NULL), 0);
+    pthread_t f = start_scenario(mask, 0x5eed0002);
     int round = 0;
     for (; round < MAX_ROUNDS && (round < MIN_ROUNDS || !hits_reached(mask)); round++) {
         pthread_t o;
@@ -210,16 +219,7 @@ Test(race, remote_free_racing_the_owners_exit, .init = race_init, .timeout = 120
             sched_yield();
         atomic_store(&hand.phase, 0);
     }
-    atomic_store(&hand.quit, true);
-    pthread_join(f, NULL);
-    uint64_t bad = bystander_stop();
-    report_hits(mask, round);
-    bool reached = hits_reached(mask);
-    lull_race_arm(0, 0, 0);
-    cr_assert(reached, "not every point was reached in %d rounds", round);
-    cr_assert_eq(atomic_load(&hand.corrupt), 0, "%llu handed-over blocks lost their contents",
-                 (unsigned long long)atomic_load(&hand.corrupt));
-    cr_assert_eq(bad, 0, "%llu live blocks lost their contents", (unsigned long long)bad);
+    finish_scenario(f, mask, round);
 }
 
 /* ---- a block freed by its owner and by another thread ------------------- */
