@@ -165,19 +165,21 @@ oom:
 }
 
 static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
-    if (__builtin_expect(lull_tl_heap == &lull_heap_empty, 0) && lull_heap_thread_done()) {
-        /* an exiting thread, after lull's heap destructor: see heap.c */
-        lull_heap *late = lull_heap_late_acquire();
-        if (!late) {
-            errno = ENOMEM;
-            return NULL;
+    if (__builtin_expect(lull_tl_heap == &lull_heap_empty, 0)) {
+        if (lull_heap_thread_done()) {
+            /* an exiting thread, after lull's heap destructor: see heap.c */
+            lull_heap *late = lull_heap_late_acquire();
+            if (!late) {
+                errno = ENOMEM;
+                return NULL;
+            }
+            void *p = alloc_in_heap(late, size, alignment, zeroed);
+            lull_heap_late_release();
+            return p;
         }
-        void *p = alloc_in_heap(late, size, alignment, zeroed);
-        lull_heap_late_release();
-        return p;
+        /* a thread's first allocation may be the process's: set up the core */
+        lull_ensure_init();
     }
-    /* a thread's first allocation may be the process's: set up the core */
-    if (lull_tl_heap == &lull_heap_empty) lull_ensure_init();
     lull_heap *h = lull_heap_get_or_create();
     if (!h) return NULL;
     return alloc_in_heap(h, size, alignment, zeroed);

@@ -13,6 +13,7 @@
 #include "base/fault.h"
 #include "lull.h"
 #include "tests/support/reexec.h"
+#include "tests/support/text_lines.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -559,13 +560,11 @@ Test(counter_page, stale_page_of_killed_process_is_replaced) {
     cr_assert(!page_exists(name));
 }
 
-/* The same stale case when the dead writer's pid has been reused: the pid
- * is alive but its start time differs. */
-Test(counter_page, stale_page_with_reused_pid_is_replaced) {
-    fresh();
-    char name[64], path[512];
-    snprintf(name, sizeof name, "/lulltest-reused-%d", (int)getpid());
-    int fd = open(shm_path(path, sizeof path, name), O_CREAT | O_EXCL | O_RDWR, 0600);
+/* A page at shm `name` (its file path into path) whose header names this
+ * pid, alive, but another incarnation of it (another start time): stale.
+ * Returns the open descriptor. */
+static int create_stale_page(const char *name, char *path, size_t path_len) {
+    int fd = open(shm_path(path, path_len, name), O_CREAT | O_EXCL | O_RDWR, 0600);
     cr_assert(fd >= 0);
     static struct lull_counters fake;
     fake.magic = LULL_COUNTERS_MAGIC;
@@ -574,7 +573,16 @@ Test(counter_page, stale_page_with_reused_pid_is_replaced) {
     fake.pid = (uint64_t)getpid();                       /* alive ... */
     fake.start_time = self_start_time(getpid()) + 12345; /* ... but another incarnation */
     cr_assert_eq(pwrite(fd, &fake, sizeof fake, 0), (ssize_t)sizeof fake);
-    close(fd);
+    return fd;
+}
+
+/* The same stale case when the dead writer's pid has been reused: the pid
+ * is alive but its start time differs. */
+Test(counter_page, stale_page_with_reused_pid_is_replaced) {
+    fresh();
+    char name[64], path[512];
+    snprintf(name, sizeof name, "/lulltest-reused-%d", (int)getpid());
+    close(create_stale_page(name, path, sizeof path));
     cr_assert_eq(counter_page_open(name), 0);
     cr_assert_eq(counter_page_mapping()->start_time, self_start_time(getpid()));
     counter_page_close();
@@ -720,15 +728,7 @@ Test(counter_page, another_users_stale_page_is_not_removed) {
     fresh();
     char name[64], path[512];
     snprintf(name, sizeof name, "/lulltest-otheruser-%d", (int)getpid());
-    int fd = open(shm_path(path, sizeof path, name), O_CREAT | O_EXCL | O_RDWR, 0600);
-    cr_assert(fd >= 0);
-    static struct lull_counters fake;
-    fake.magic = LULL_COUNTERS_MAGIC;
-    fake.abi_version = 1;
-    fake.size = sizeof fake;
-    fake.pid = (uint64_t)getpid();
-    fake.start_time = self_start_time(getpid()) + 12345; /* stale: another incarnation */
-    cr_assert_eq(pwrite(fd, &fake, sizeof fake, 0), (ssize_t)sizeof fake);
+    int fd = create_stale_page(name, path, sizeof path);
     cr_assert_eq(fchown(fd, 65534, 65534), 0);
     close(fd);
     struct open_result r;
@@ -865,18 +865,6 @@ static void full_shm_stage1(void) {
     char *const argv[] = {"full_shm_stage2", NULL};
     execve("/proc/self/exe", argv, envp);
     _exit(13);
-}
-
-static int count_lines_with(const char *s, const char *what) {
-    int n = 0;
-    for (const char *l = s; *l;) {
-        const char *eol = strchr(l, '\n');
-        size_t len = eol ? (size_t)(eol - l) : strlen(l);
-        const char *hit = strstr(l, what);
-        if (hit && hit < l + len) n++;
-        l += len + (eol != NULL);
-    }
-    return n;
 }
 
 static void full_shm_stage2(void) {

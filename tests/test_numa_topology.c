@@ -24,6 +24,7 @@
 #include "base/config.h"
 #include "base/fault.h"
 #include "tests/support/reexec.h"
+#include "tests/support/text_lines.h"
 
 /* Distances from row to column; asymmetric on purpose (d[0][1] = 30 but
  * d[1][0] = 15), with a tie in row 1 (nodes 0 and 3 both at 15). */
@@ -515,18 +516,6 @@ __attribute__((constructor(200))) static void numa_nodes_probe(void) {
     _exit(0);
 }
 
-static int lines_with(const char *s, const char *what) {
-    int n = 0;
-    for (const char *l = s; *l;) {
-        const char *eol = strchr(l, '\n');
-        size_t len = eol ? (size_t)(eol - l) : strlen(l);
-        const char *hit = strstr(l, what);
-        if (hit && hit < l + len) n++;
-        l += len + (eol != NULL);
-    }
-    return n;
-}
-
 /* A node id this machine does not have: 5 as in the report when it is
  * absent, else the first absent id above it. */
 static int absent_node(void) {
@@ -552,9 +541,10 @@ Test(numa_topology, numa_nodes_naming_an_absent_node_is_reported_once, .timeout 
     child_run cr;
     reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
     reexec_assert_exited_0(&cr, conf);
-    cr_assert_eq(lines_with(cr.err, want), 1, "%s: want one line \"%s\"; stderr:\n%s", conf, want,
+    cr_assert_eq(count_lines_with(cr.err, want), 1, "%s: want one line \"%s\"; stderr:\n%s", conf,
+                 want, cr.err);
+    cr_assert_eq(count_lines_with(cr.err, "lull:"), 1, "%s: one message only; stderr:\n%s", conf,
                  cr.err);
-    cr_assert_eq(lines_with(cr.err, "lull:"), 1, "%s: one message only; stderr:\n%s", conf, cr.err);
     cr_assert(strstr(cr.err, "uses every node"), "%s: the outcome is not said: %s", conf, cr.err);
     cr_assert_eq(reexec_field(&cr, "numa_nodes"), 0, "%s: numa_nodes in force should be all (0)",
                  conf);
@@ -569,9 +559,9 @@ Test(numa_topology, numa_nodes_naming_an_absent_node_is_reported_once, .timeout 
     vars[1] = conf;
     reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
     reexec_assert_exited_0(&cr, conf);
-    cr_assert_eq(lines_with(cr.err, want), 1, "%s: want one line \"%s\"; stderr:\n%s", conf, want,
-                 cr.err);
-    cr_assert_eq(lines_with(cr.err, "lull:"), 1, "%s: stderr:\n%s", conf, cr.err);
+    cr_assert_eq(count_lines_with(cr.err, want), 1, "%s: want one line \"%s\"; stderr:\n%s", conf,
+                 want, cr.err);
+    cr_assert_eq(count_lines_with(cr.err, "lull:"), 1, "%s: stderr:\n%s", conf, cr.err);
     char uses[48];
     snprintf(uses, sizeof uses, "uses node %d", have);
     cr_assert(strstr(cr.err, uses), "%s: want \"%s\" in: %s", conf, uses, cr.err);
@@ -591,12 +581,12 @@ Test(numa_topology, numa_nodes_of_existing_nodes_say_nothing, .timeout = 120) {
     child_run cr;
     reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
     reexec_assert_exited_0(&cr, conf);
-    cr_assert_eq(lines_with(cr.err, "lull:"), 0, "%s: stderr:\n%s", conf, cr.err);
+    cr_assert_eq(count_lines_with(cr.err, "lull:"), 0, "%s: stderr:\n%s", conf, cr.err);
     cr_assert_eq(reexec_field(&cr, "numa_nodes"), 1ull << have);
     if (absent < 0) return;
     snprintf(conf, sizeof conf, "LULL_CONF=numa=local,numa_nodes=%d", absent);
     reexec_run("numa_nodes_probe", vars, conf, 60000, &cr);
     reexec_assert_exited_0(&cr, conf);
-    cr_assert_eq(lines_with(cr.err, "lull:"), 0, "%s: stderr:\n%s", conf, cr.err);
+    cr_assert_eq(count_lines_with(cr.err, "lull:"), 0, "%s: stderr:\n%s", conf, cr.err);
     cr_assert_eq(reexec_field(&cr, "numa_nodes"), 1ull << absent);
 }
