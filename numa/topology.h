@@ -93,6 +93,7 @@ int numa_nearest_nodes(int node, int *order, int max);
 const char *numa_topology_source(void);
 /* Why the topology did not come from libnuma ("" when it did), e.g.
  * "libnuma.so.1: cannot open shared object file", "fault injected",
+ * "one possible node: libnuma not loaded",
  * "/sys/devices/system/node: No such file or directory". For the stats. */
 const char *numa_topology_fallback_reason(void);
 
@@ -107,6 +108,10 @@ const char *numa_topology_fallback_reason(void);
  * topology unchanged) for a node id >= NUMA_MAX_NODES or cpu_count out of
  * range. Call home_node_init() afterwards so the home node uses it. */
 int numa_topology_inject(const struct numa_topology *t);
+
+/* On a machine with one possible node the topology comes from sysfs and
+ * libnuma is never loaded; on (tests): load libnuma there too. */
+void numa_topology_always_libnuma(bool on);
 
 /* Read sysfs from root instead of "/sys" (NULL: back to "/sys"): tests
  * give the sysfs reader a fake tree (root/devices/system/node/...). libnuma

@@ -5,6 +5,7 @@
  * Several nodes for real: tests/numa_guest (test_numa_guest). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <linux/mempolicy.h>
 #include <pthread.h>
@@ -142,6 +143,7 @@ Test(numa_topology, inject_defaults_and_validation) {
 /* The topology from libnuma and from sysfs describe the same machine. */
 Test(numa_topology, libnuma_missing_falls_back_to_sysfs) {
     static struct numa_topology first;
+    numa_topology_always_libnuma(true);
     numa_topology_init();
     first = *numa_topology();
     const char *src = numa_topology_source();
@@ -177,6 +179,22 @@ Test(numa_topology, libnuma_missing_falls_back_to_sysfs) {
     cr_assert_str_neq(numa_topology_source(), "libnuma");
     numa_topology_init();
     cr_assert_str_eq(numa_topology_source(), src);
+    numa_topology_always_libnuma(false);
+}
+
+/* One possible node: the topology is read from sysfs, libnuma never loaded
+ * (it cost every process start 250 us); several: libnuma's. */
+Test(numa_topology, libnuma_loaded_only_with_several_possible_nodes) {
+    char possible[64] = "";
+    FILE *f = fopen("/sys/devices/system/node/possible", "r");
+    if (!f || !fgets(possible, sizeof possible, f)) cr_skip_test("no /sys/devices/system/node");
+    fclose(f);
+    numa_topology_init();
+    bool one = strcmp(possible, "0\n") == 0;
+    cr_assert_str_eq(numa_topology_source(), one ? "sysfs" : "libnuma", "possible nodes %s",
+                     possible);
+    cr_assert_eq(dlopen("libnuma.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL, !one,
+                 "libnuma loaded with possible nodes %s", possible);
 }
 
 /* Before init: one node, every CPU on it, lull_current_node() is 0. */
