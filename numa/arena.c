@@ -73,8 +73,6 @@ static lull_segment *segment_create(lull_arena *a) {
     return s;
 }
 
-_Atomic uint64_t lull_arena_first_use_slices;
-
 /* Feed the purge policy: how long each slice taken now had been free, and
  * whether it had been purged meanwhile (a wasted purge). Slices that were
  * freed at the same moment are recorded together. */
@@ -101,8 +99,6 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
             }
         if (freed) /* 0: never used since the segment was mapped */
             NOTIFY(reused, now - freed, j - i, purged != 0, purged ? now - purged : 0);
-        else
-            atomic_fetch_add_explicit(&lull_arena_first_use_slices, j - i, memory_order_relaxed);
         i = j;
     }
 }

@@ -51,10 +51,6 @@ lull_span *lull_arena_alloc_span(lull_arena *a, unsigned slices, bool *zeroed);
 /* Give a span's slices back as FREE_DIRTY, stamped with the time. */
 void lull_arena_free_span(lull_span *span);
 
-/* Slices taken for their first use since their segment was mapped (each
- * page faults on first touch unless the warm reserve prefaulted it). */
-extern _Atomic uint64_t lull_arena_first_use_slices;
-
 /* Claim FREE_DIRTY slices that became free at or before `freed_before_ms`,
  * as runs cut at 2 MiB extent boundaries, at most `max` runs and about
  * `max_bytes`. They are PURGING on return. */

@@ -24,16 +24,16 @@ static size_t warm_slices(void) {
 }
 
 bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
-    /* Demand: purged slices coming back (refaults) and slices touched for
-     * the first time. Both fault on the request thread unless prefaulted;
-     * the second is what a working set that drifts over fresh memory from
-     * burst to burst costs (100-300 faults a burst in bench/burst.c even
-     * with purging off). */
-    uint64_t demand =
-        atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) +
-        atomic_load_explicit(&lull_arena_first_use_slices, memory_order_relaxed);
+    /* Demand: purged slices coming back (refaults), which fault on the
+     * request thread unless prefaulted. Slices touched for the first time
+     * are not counted: a working set that grew once (a start-up, the 512
+     * MiB of bench/demo.sh) made the reserve prefault 64 MiB ahead of it
+     * and keep it LULL_WARM_IDLE_MS, and each fork copied its page tables;
+     * without them bench/burst.c still takes 3-70 faults a burst against
+     * 25,000-36,000 with purge_delay_ms=0 (tests/test_warm_first_use.c). */
+    uint64_t demand = atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed);
     if (demand != W.last_demand) {
-        /* a working set is coming back or growing: remember how much of it */
+        /* a working set is coming back: remember how much of it */
         uint64_t d = demand - W.last_demand;
         W.recent_refault_slices = W.recent_refault_slices / 2 + d;
         W.last_refault_ms = now;

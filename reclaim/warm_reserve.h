@@ -1,6 +1,6 @@
 /* The warm reserve: when purged slices are coming back into use (the
- * policy's refault evidence) or fresh slices are being touched for the
- * first time, the reclaim thread prefaults a bounded number of clean slices
+ * policy's refault evidence), the reclaim thread prefaults a bounded number
+ * of clean slices
  * (MADV_POPULATE_WRITE) so that the next burst takes them without a page
  * fault, and maps a spare segment ahead of demand so that it needs no mmap
  * either. When that demand stops for LULL_WARM_IDLE_MS the reserve is
