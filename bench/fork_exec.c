@@ -4,9 +4,10 @@
  * timed on its own.
  *
  * Before the loop the process builds a small heap (--heap-kib, 4 MiB, of
- * 16-1024 B blocks, every one written) and frees every other block, so an
- * allocator that purges in the background has something to do; under lull
- * its reclaim thread is running throughout. Three kinds of start, taken in
+ * 16-1024 B blocks, every one written) and frees every other block, then
+ * allocates as much again and frees all of it, so an allocator that purges
+ * in the background has something to do; under lull its reclaim thread is
+ * running throughout (that burst's emptied spans start it). Three kinds of start, taken in
  * turn (iteration i of each, then i + 1 of each), so that a change of load
  * on the machine hits all three alike:
  *
@@ -68,6 +69,15 @@ static double rss_anon_mib(void) {
     return (double)kib / 1024.0;
 }
 
+/* Threads: of /proc/self/status. */
+static int thread_count(void) {
+    char buf[4096];
+    if (read_proc_file("/proc/self/status", buf, sizeof buf) <= 0) return -1;
+    const char *s = strstr(buf, "Threads:");
+    int n;
+    return s && sscanf(s + 8, "%d", &n) == 1 ? n : -1;
+}
+
 /* Waits for pid; returns 0 if it exited with status 0. */
 static int reap(pid_t pid) {
     int st;
@@ -117,6 +127,22 @@ static uint64_t build_heap(void) {
     }
     for (size_t i = 0; i < n; i += 2)
         free(blocks[i]);
+    /* and a burst that ended: as many bytes again, all freed, so that whole
+     * spans of free memory wait to be purged (under lull this starts its
+     * reclaim thread, which a process starts on first need) */
+    size_t burst = 0;
+    for (uint64_t b = 0; b < want && burst < cap; burst++) {
+        size_t size = 16 + (size_t)(rng_next(&rng) % 1009);
+        blocks[burst] = malloc(size);
+        if (!blocks[burst]) {
+            fprintf(stderr, "malloc(%zu) failed\n", size);
+            exit(1);
+        }
+        memset(blocks[burst], 2, size);
+        b += size;
+    }
+    for (size_t i = 0; i < burst; i++)
+        free(blocks[i]);
     munmap(blocks, cap * sizeof *blocks);
     return live;
 }
@@ -149,6 +175,7 @@ int main(int argc, char **argv) {
     /* fork copies the page tables of the anonymous memory: its cost grows
      * with this */
     double anon_mib = rss_anon_mib();
+    printf("INFO %s threads %d (the allocator's background threads too)\n", SC, thread_count());
 
     size_t n = (size_t)cfg.iterations;
     double *us[K_N], *fork_us = map_array(n * sizeof(double));

@@ -44,24 +44,37 @@ void lull_reclaim_register(void);
  * the remote frees into abandoned heaps (reclaim/ knows no heap). */
 extern void (*lull_reclaim_collect_hook)(void);
 
-/* In a fork child the reclaim thread is not started by the atfork handler:
- * a child that execs or exits soon stays single-threaded (it can unshare a
- * user namespace, and fork+exec pays for no thread and no ring). It starts
- * on first need instead: a huge block freed into its cache, lull_reclaim_now
- * or the statistics start it at once; a span given back to an arena only
- * marks it wanted, and the next span taken from an arena starts it. A free
- * cannot create the thread where it gives the span back: pthread_create
- * allocates (glibc's TLS vector), and that malloc would run on a heap half
- * way through an update (heap.c walks its queues around span releases);
- * where a span is about to be taken, the heap is in no such state. */
+/* The reclaim thread is not started with the process, nor by the atfork
+ * handler in a fork child: a process that execs or exits soon stays
+ * single-threaded (a child can unshare a user namespace, and a fork+exec
+ * or a short program pays for no thread, no ring and no monitor). It
+ * starts on first need instead: a huge block freed into its cache, a
+ * thread's heap abandoned at its exit, lull_reclaim_now or the statistics
+ * start it at once; a span given back to an arena marks it wanted, and the
+ * next start point starts it; a start point also starts it once the
+ * process has run LULL_RECLAIM_START_AFTER_MS without needing it (its
+ * counter page is due a second later). The start points are where the
+ * calling thread is in no half-done heap update: a span about to be taken
+ * from an arena, the end of a free that emptied a span. A free cannot
+ * create the thread where it gives the span back: pthread_create allocates
+ * (glibc's TLS vector), and that malloc would run on a heap half way
+ * through an update (heap.c walks its queues around span releases). */
 enum {
     LULL_RECLAIM_NOT_DEFERRED, /* the thread runs, or never will */
-    LULL_RECLAIM_DEFERRED,     /* a fork child's thread, nothing to purge yet */
+    LULL_RECLAIM_DEFERRED,     /* not started, nothing to purge yet */
     LULL_RECLAIM_WANTED,       /* ... and a span was given back */
     LULL_RECLAIM_STARTING,     /* a thread is creating it */
 };
+#define LULL_RECLAIM_START_AFTER_MS 1000
 extern _Atomic int lull_reclaim_deferred;
-void lull_reclaim_deferred_slow(bool start_now);
+void lull_reclaim_deferred_slow(bool start_point);
+/* Start a deferred thread now (the calling thread holds no lull lock and
+ * is in no heap update). */
+void lull_reclaim_start_now(void);
+/* Set by a thread whose lull heap is gone (src/heap.c, at its exit): it
+ * never creates the reclaim thread. Its late allocations run under the late
+ * heap's lock, which pthread_create's own malloc would take again. */
+extern __thread bool lull_reclaim_no_start __attribute__((tls_model("initial-exec")));
 
 /* A span went back to its arena (any thread; one relaxed load). */
 static inline void lull_reclaim_note_give_back(void) {
@@ -71,11 +84,10 @@ static inline void lull_reclaim_note_give_back(void) {
         lull_reclaim_deferred_slow(false);
 }
 
-/* A span is about to be taken from an arena: the calling thread is in no
- * half-done heap update, so the thread may be created here. */
+/* A start point (above): one relaxed load once the thread runs. */
 static inline void lull_reclaim_start_point(void) {
-    if (__builtin_expect(atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
-                             LULL_RECLAIM_WANTED,
+    if (__builtin_expect(atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) !=
+                             LULL_RECLAIM_NOT_DEFERRED,
                          0))
         lull_reclaim_deferred_slow(true);
 }

@@ -264,13 +264,24 @@ static void *reclaim_main(void *arg) {
     return NULL;
 }
 
-static void thread_attr(pthread_attr_t *attr, bool pinned) {
+/* The CPUs the process could run on when it started: the thread starts on
+ * first need, on whichever thread needed it, and must not inherit that
+ * thread's pinning (a worker pinned to one CPU would pin it there too). */
+static cpu_set_t start_cpus;
+static bool start_cpus_known;
+
+/* cpus NULL: the creator's CPU set. The class is always SCHED_OTHER at
+ * first (set_sched_class sets the configured one): a SCHED_FIFO creator
+ * would hand down its class too. */
+static void thread_attr(pthread_attr_t *attr, const cpu_set_t *cpus) {
     pthread_attr_init(attr);
     pthread_attr_setdetachstate(attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(attr, (size_t)256 << 10);
-    if (pinned)
-        pthread_attr_setaffinity_np(attr, sizeof lull_config.reclaim_cpus,
-                                    &lull_config.reclaim_cpus);
+    pthread_attr_setinheritsched(attr, PTHREAD_EXPLICIT_SCHED);
+    pthread_attr_setschedpolicy(attr, SCHED_OTHER);
+    struct sched_param p = {.sched_priority = 0};
+    pthread_attr_setschedparam(attr, &p);
+    if (cpus) pthread_attr_setaffinity_np(attr, sizeof *cpus, cpus);
 }
 
 /* A new thread starts with its creator's signal mask: blocking every
@@ -280,9 +291,9 @@ static void thread_attr(pthread_attr_t *attr, bool pinned) {
  * one that blocks SIGTERM in its threads and waits with sigwait or a
  * signalfd was killed instead, and its SIGUSR1 handler ran on lull-reclaim
  * (tests/test_signals.c). */
-static int create_thread(bool pinned) {
+static int create_thread(const cpu_set_t *cpus) {
     pthread_attr_t attr;
-    thread_attr(&attr, pinned);
+    thread_attr(&attr, cpus);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -294,13 +305,15 @@ static int create_thread(bool pinned) {
 
 static void reclaim_start(void) {
     if (lull_fault(LULL_FAULT_THREAD_CREATE)) goto failed;
-    int err = create_thread(lull_config.reclaim_cpus_set);
+    const cpu_set_t *unpinned = start_cpus_known ? &start_cpus : NULL;
+    int err = create_thread(lull_config.reclaim_cpus_set ? &lull_config.reclaim_cpus : unpinned);
     if (err && lull_config.reclaim_cpus_set) {
         /* a CPU set outside the allowed ones: run unpinned, and say so */
         lull_message("reclaim_cpu: cannot pin the reclaim thread (%s); running unpinned",
                      strerror(err));
-        err = create_thread(false);
+        err = create_thread(unpinned);
     }
+    if (err && unpinned) err = create_thread(NULL); /* the start set shrank since */
     if (err) goto failed;
     atomic_store(&R.running, true);
     return;
@@ -313,8 +326,8 @@ failed:
                      : " (inline_purge=on purges on freeing threads)");
 }
 
-/* A fork child's thread, deferred (reclaim.h): the first caller that asks
- * for it creates it; others go on (a second thread asking meanwhile sees no
+/* A deferred thread (reclaim.h): the first caller that asks for it
+ * creates it; others go on (a second thread asking meanwhile sees no
  * thread yet, as before the first one asked). */
 static void start_deferred(void) {
     int s = atomic_load(&lull_reclaim_deferred);
@@ -326,20 +339,36 @@ static void start_deferred(void) {
         }
 }
 
-void lull_reclaim_deferred_slow(bool start_now) {
-    if (start_now) {
-        start_deferred();
-        return;
-    }
-    int s = LULL_RECLAIM_DEFERRED; /* only the first give-back changes it */
-    atomic_compare_exchange_strong(&lull_reclaim_deferred, &s, LULL_RECLAIM_WANTED);
+/* lull_now_ms() when the thread was deferred (process start, fork) */
+static _Atomic uint32_t deferred_since_ms;
+
+static void defer_start(void) {
+    if (!start_cpus_known) /* the process's start, or a fork child's */
+        start_cpus_known = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
+    atomic_store(&deferred_since_ms, lull_now_ms());
+    atomic_store(&lull_reclaim_deferred, LULL_RECLAIM_DEFERRED);
 }
 
-/* The explicit requests (lull_reclaim_now, the statistics, a huge free)
- * start a deferred thread at once: one relaxed load otherwise. */
-static void start_if_deferred(void) {
+__thread bool lull_reclaim_no_start __attribute__((tls_model("initial-exec")));
+
+void lull_reclaim_deferred_slow(bool start_point) {
+    int s = atomic_load(&lull_reclaim_deferred);
+    if (!start_point) { /* only the first give-back changes it */
+        if (s == LULL_RECLAIM_DEFERRED)
+            atomic_compare_exchange_strong(&lull_reclaim_deferred, &s, LULL_RECLAIM_WANTED);
+        return;
+    }
+    if (lull_reclaim_no_start) return;
+    if (s == LULL_RECLAIM_WANTED ||
+        (s == LULL_RECLAIM_DEFERRED &&
+         lull_now_ms() - atomic_load(&deferred_since_ms) >= LULL_RECLAIM_START_AFTER_MS))
+        start_deferred();
+}
+
+void lull_reclaim_start_now(void) {
     if (atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) !=
-        LULL_RECLAIM_NOT_DEFERRED)
+            LULL_RECLAIM_NOT_DEFERRED &&
+        !lull_reclaim_no_start)
         start_deferred();
 }
 
@@ -370,9 +399,9 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
 /* free() of a huge block, on any thread: into the cache when the reclaim
  * thread runs (it purges and unmaps from there), else onto its queue. */
 void lull_reclaim_huge_push(lull_huge *h) {
-    /* free() is done with its own state when it gets here: a fork child's
-     * thread may start (something to purge has come) */
-    start_if_deferred();
+    /* free() is done with its own state when it gets here: a deferred
+     * thread starts (something to purge has come) */
+    lull_reclaim_start_now();
     if (atomic_load_explicit(&R.running, memory_order_relaxed)) {
         if (!lull_huge_cache_put(h, lull_now_ms())) lull_huge_queue_push(h);
         return;
@@ -387,7 +416,7 @@ void lull_reclaim_huge_push(lull_huge *h) {
 }
 
 LULL_EXPORT bool lull_reclaim_now(void) {
-    start_if_deferred();
+    lull_reclaim_start_now();
     /* another thread of a fork child may be creating it */
     while (atomic_load(&lull_reclaim_deferred) == LULL_RECLAIM_STARTING)
         sched_yield();
@@ -407,7 +436,7 @@ LULL_EXPORT bool lull_reclaim_now(void) {
  * while this runs: each is read atomically (no memcpy of the struct), and
  * backend_reason, written once before `started`, only after it. */
 void lull_reclaim_get_stats(lull_reclaim_stats *out) {
-    start_if_deferred(); /* a fork child's statistics report a thread */
+    lull_reclaim_start_now(); /* the statistics report a thread */
 #define STAT_GET(field) out->field = __atomic_load_n(&R.stats.field, __ATOMIC_RELAXED)
     STAT_GET(ticks);
     STAT_GET(cpu_ns);
@@ -462,8 +491,10 @@ static void reclaim_fork_child(void) {
     atomic_store(&R.request_seq, 0);
     atomic_store(&R.done_seq, 0);
     memset(&R.stats, 0, sizeof R.stats);
-    atomic_store(&lull_reclaim_deferred,
-                 wanted ? LULL_RECLAIM_DEFERRED : LULL_RECLAIM_NOT_DEFERRED);
+    if (wanted)
+        defer_start();
+    else
+        atomic_store(&lull_reclaim_deferred, LULL_RECLAIM_NOT_DEFERRED);
 }
 
 static void policy_reused(uint32_t interval_ms, uint32_t n, bool purged, uint32_t since_purge_ms) {
@@ -493,7 +524,7 @@ void lull_reclaim_register(void) {
     };
     lull_arena_listen(&listener);
     static const lull_module_hooks hooks = {
-        .start = reclaim_start,
+        .start = defer_start, /* started on first need (reclaim.h) */
         .fork_prepare = reclaim_fork_prepare,
         .fork_parent = reclaim_fork_parent,
         .fork_child = reclaim_fork_child,

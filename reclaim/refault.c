@@ -107,14 +107,19 @@ void lull_refault_tick(uint32_t now) {
             scan_segment(s, now);
 }
 
+/* The parent's descriptors are closed (they point at the parent's memory)
+ * and nothing is opened here: the child's reclaim thread opens its own
+ * monitor when it starts (lull_refault_start), and a child that execs
+ * first opens nothing. Before, the monitor was reopened here and again by
+ * that thread, leaking the first pair of descriptors. */
 void lull_refault_after_fork_child(void) {
     if (!opened) return;
-    if (refault_monitor_after_fork_child(&M)) {
-        /* the child's memory is unregistered: register it again lazily */
-        for (int i = 0; i < lull_arena_count; i++)
-            for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
-                atomic_store(&s->refault_registered, 0);
-    }
+    refault_monitor_close(&M);
+    opened = false;
+    /* the child's memory is unregistered: register it again lazily */
+    for (int i = 0; i < lull_arena_count; i++)
+        for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
+            atomic_store(&s->refault_registered, 0);
     last_scan_ms = 0;
 }
 

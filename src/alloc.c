@@ -9,6 +9,7 @@
 #include "src/init.h"
 #include "base/message.h"
 #include "base/race.h"
+#include "reclaim/reclaim.h"
 
 #include <errno.h>
 #include <string.h>
@@ -244,7 +245,10 @@ void lull_free_local_tail(lull_heap *h, lull_span *span) {
         if (h->current[span->size_class] == &lull_span_empty || !h->current[span->size_class]->free)
             lull_heap_set_current(h, span->size_class, span);
     }
-    if (span->used == 0) lull_heap_span_empty(h, span);
+    if (span->used == 0) {
+        lull_heap_span_empty(h, span);
+        lull_reclaim_start_point(); /* the heap is consistent again */
+    }
 }
 
 /* Is b on one of the span's free lists? Asked by a thread that does not own
@@ -333,6 +337,10 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
         lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_acquire);
         if (!owner) lull_fatal("free(): invalid pointer or double free of %p (span not in use)", p);
         remote_free(p, span, owner);
+        /* no heap update is under way here: a deferred reclaim thread that
+         * is wanted (the owner may be an abandoned heap, whose remote frees
+         * only that thread collects) starts */
+        lull_reclaim_start_point();
         /* counted by the freeing thread on its own heap: an atomic add on
          * the owner's heap was one more contended line per remote free */
         if (h != &lull_heap_empty)
@@ -351,6 +359,7 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
             lull_fatal("free(): double free of %p (large block)", p);
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
         lull_arena_free_span(span);
+        lull_reclaim_start_point();
         return;
     }
     lull_fatal("free(): invalid pointer or double free of %p (no block there)", p);

@@ -2,6 +2,7 @@
  * delay, per-thread controls. */
 #include "lull.h"
 #include "base/config.h"
+#include "reclaim/reclaim.h"
 #include "numa/arena.h"
 #include "numa/home_node.h"
 #include "numa/numa_module.h"
@@ -28,6 +29,7 @@ LULL_EXPORT long lull_purge_delay_ms(void) {
 LULL_EXPORT void lull_thread_collect(void) {
     lull_heap *h = lull_tl_heap;
     if (h != &lull_heap_empty) lull_heap_collect(h, true);
+    lull_reclaim_start_point();
 }
 
 LULL_EXPORT int lull_thread_set_node(int node) {

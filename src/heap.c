@@ -44,6 +44,7 @@ static lull_heap *late_heap;
 static void heap_thread_exit(void *arg) {
     lull_heap *h = arg;
     tl_heap_done = true;
+    lull_reclaim_no_start = true;
     if (h && h == lull_tl_heap) lull_heap_abandon(h);
 }
 
@@ -370,6 +371,10 @@ void lull_heap_abandon(lull_heap *h) {
     h->next_abandoned = abandoned[node];
     abandoned[node] = h;
     pthread_mutex_unlock(&registry_lock);
+    /* only the reclaim thread collects the remote frees into an abandoned
+     * heap: a deferred one is wanted now, and the next start point (a
+     * remote free, say) starts it; never this exiting thread (reclaim.h) */
+    lull_reclaim_note_give_back();
 }
 
 /* The reclaim thread, each tick: the remote frees into heaps whose threads

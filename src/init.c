@@ -1,8 +1,8 @@
 /* Start-up and fork. The core initialises lazily on the first malloc
  * (which may come from the dynamic loader, before any constructor); the
- * modules that need threads, dlopen or files (reclaim thread, NUMA topology,
- * counter page) start from the library constructor, never from inside a
- * malloc that might hold a loader lock pthread_create needs. */
+ * modules that need dlopen or files (NUMA topology, counter page) start
+ * from the library constructor, and the reclaim thread is created on first
+ * need (reclaim/reclaim.h). */
 #include "src/init.h"
 #include "base/module.h"
 #include "numa/arena.h"

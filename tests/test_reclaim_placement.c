@@ -7,6 +7,7 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "tests/support/reexec.h"
+#include "tests/support/task_list.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -17,17 +18,6 @@
 #include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
-
-static void read_comm(const char *tid, char *comm, size_t len) {
-    char path[300];
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", tid);
-    comm[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    if (!fgets(comm, (int)len, f)) comm[0] = 0;
-    fclose(f);
-    comm[strcspn(comm, "\n")] = 0;
-}
 
 /* Prints policy and CPU mask (first 64 CPUs) of one thread. */
 static void print_thread(const char *prefix, int tid) {
@@ -60,7 +50,7 @@ __attribute__((constructor(200))) static void scenario_main(void) {
     for (struct dirent *e; (e = readdir(d));) {
         char comm[64];
         if (e->d_name[0] == '.') continue;
-        read_comm(e->d_name, comm, sizeof comm);
+        read_task_comm(e->d_name, comm, sizeof comm);
         if (strcmp(comm, "lull-reclaim") == 0) reclaim_tid = atoi(e->d_name);
     }
     rewinddir(d);
@@ -69,7 +59,7 @@ __attribute__((constructor(200))) static void scenario_main(void) {
     for (struct dirent *e; (e = readdir(d));) {
         char comm[64];
         if (e->d_name[0] == '.') continue;
-        read_comm(e->d_name, comm, sizeof comm);
+        read_task_comm(e->d_name, comm, sizeof comm);
         if (strcmp(comm, worker_comm) != 0) continue;
         char prefix[32];
         snprintf(prefix, sizeof prefix, "worker%d", workers++);
