@@ -245,10 +245,7 @@ void lull_free_local_tail(lull_heap *h, lull_span *span) {
         if (h->current[span->size_class] == &lull_span_empty || !h->current[span->size_class]->free)
             lull_heap_set_current(h, span->size_class, span);
     }
-    if (span->used == 0) {
-        lull_heap_span_empty(h, span);
-        lull_reclaim_start_point(); /* the heap is consistent again */
-    }
+    if (span->used == 0) lull_heap_span_empty(h, span);
 }
 
 /* Is b on one of the span's free lists? Asked by a thread that does not own

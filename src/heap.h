@@ -38,7 +38,8 @@ void lull_heap_abandon(lull_heap *h);
 uint32_t lull_span_collect(lull_span *span);
 /* Pop the spans other threads freed into, collecting each. */
 void lull_heap_collect_remote(lull_heap *h);
-/* A span whose last block came back: keep it or give it to the arena. */
+/* A span whose last block a free brought back: keep it or give it to the
+ * arena (for the free paths only: the heap must be in no other update). */
 void lull_heap_span_empty(lull_heap *h, lull_span *span);
 void lull_heap_queue_remove(lull_span_queue *q, lull_span *span);
 void lull_heap_queue_push_front(lull_span_queue *q, lull_span *span);
