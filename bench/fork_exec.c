@@ -7,9 +7,9 @@
  * 16-1024 B blocks, every one written) and frees every other block, then
  * allocates as much again and frees all of it, so an allocator that purges
  * in the background has something to do; under lull its reclaim thread is
- * running throughout (that burst's emptied spans start it). Three kinds of start, taken in
- * turn (iteration i of each, then i + 1 of each), so that a change of load
- * on the machine hits all three alike:
+ * running throughout (that burst's emptied spans start it). Three kinds of
+ * start, taken in turn (iteration i of each, then i + 1 of each), so that a
+ * change of load on the machine hits all three alike:
  *
  *   forkexec        fork + execve with this process's environment: the child
  *                   preloads the allocator too (LD_PRELOAD is inherited, as
@@ -59,23 +59,19 @@ static void make_clean_env(void) {
     clean_env[n] = NULL;
 }
 
-/* RssAnon of /proc/self/status (resident anonymous memory), in MiB. */
-static double rss_anon_mib(void) {
+/* The number after `key` in /proc/self/status, or -1. */
+static double status_field(const char *key) {
     char buf[4096];
     if (read_proc_file("/proc/self/status", buf, sizeof buf) <= 0) return -1;
-    const char *s = strstr(buf, "RssAnon:");
-    unsigned long long kib;
-    if (!s || sscanf(s + 8, "%llu", &kib) != 1) return -1;
-    return (double)kib / 1024.0;
+    const char *s = strstr(buf, key);
+    double v;
+    return s && sscanf(s + strlen(key), "%lf", &v) == 1 ? v : -1;
 }
 
-/* Threads: of /proc/self/status. */
-static int thread_count(void) {
-    char buf[4096];
-    if (read_proc_file("/proc/self/status", buf, sizeof buf) <= 0) return -1;
-    const char *s = strstr(buf, "Threads:");
-    int n;
-    return s && sscanf(s + 8, "%d", &n) == 1 ? n : -1;
+/* RssAnon (resident anonymous memory), in MiB. */
+static double rss_anon_mib(void) {
+    double kib = status_field("RssAnon:");
+    return kib < 0 ? -1 : kib / 1024.0;
 }
 
 /* Waits for pid; returns 0 if it exited with status 0. */
@@ -107,41 +103,36 @@ static uint64_t start_once(int kind, uint64_t *fork_ns) {
     return now_ns() - t0;
 }
 
+/* One block of 16-1024 B, every byte written; its size in *size. */
+static void *random_block(uint64_t *rng, int fill, size_t *size) {
+    *size = 16 + (size_t)(rng_next(rng) % 1009);
+    void *p = malloc(*size);
+    if (!p) {
+        fprintf(stderr, "malloc(%zu) failed\n", *size);
+        exit(1);
+    }
+    memset(p, fill, *size);
+    return p;
+}
+
 /* A heap of about heap_kib KiB of 16-1024 B blocks, every other one freed
- * again; the live ones stay for the process's life. Returns live bytes. */
+ * again; the live ones stay for the process's life. Then a burst that
+ * ended: as many bytes again, all freed, so that whole spans of free memory
+ * wait to be purged (under lull this starts its reclaim thread, which a
+ * process starts on first need). Returns live bytes. */
 static uint64_t build_heap(void) {
     uint64_t want = cfg.heap_kib * 1024, got = 0, live = 0, rng = 12345;
-    size_t cap = (size_t)(want / 16 + 1), n = 0;
+    size_t cap = (size_t)(want / 16 + 1), n = 0, size;
     void **blocks = map_array(cap * sizeof *blocks);
-    while (got < want && n < cap) {
-        size_t size = 16 + (size_t)(rng_next(&rng) % 1009);
-        char *p = malloc(size);
-        if (!p) {
-            fprintf(stderr, "malloc(%zu) failed\n", size);
-            exit(1);
-        }
-        memset(p, 1, size);
+    for (; got < want && n < cap; n++, got += size) {
+        blocks[n] = random_block(&rng, 1, &size);
         if (n % 2) live += size; /* the odd ones stay */
-        blocks[n++] = p;
-        got += size;
     }
     for (size_t i = 0; i < n; i += 2)
         free(blocks[i]);
-    /* and a burst that ended: as many bytes again, all freed, so that whole
-     * spans of free memory wait to be purged (under lull this starts its
-     * reclaim thread, which a process starts on first need) */
-    size_t burst = 0;
-    for (uint64_t b = 0; b < want && burst < cap; burst++) {
-        size_t size = 16 + (size_t)(rng_next(&rng) % 1009);
-        blocks[burst] = malloc(size);
-        if (!blocks[burst]) {
-            fprintf(stderr, "malloc(%zu) failed\n", size);
-            exit(1);
-        }
-        memset(blocks[burst], 2, size);
-        b += size;
-    }
-    for (size_t i = 0; i < burst; i++)
+    for (n = 0, got = 0; got < want && n < cap; n++, got += size)
+        blocks[n] = random_block(&rng, 2, &size);
+    for (size_t i = 0; i < n; i++)
         free(blocks[i]);
     munmap(blocks, cap * sizeof *blocks);
     return live;
@@ -175,7 +166,8 @@ int main(int argc, char **argv) {
     /* fork copies the page tables of the anonymous memory: its cost grows
      * with this */
     double anon_mib = rss_anon_mib();
-    printf("INFO %s threads %d (the allocator's background threads too)\n", SC, thread_count());
+    printf("INFO %s threads %.0f (the allocator's background threads too)\n", SC,
+           status_field("Threads:"));
 
     size_t n = (size_t)cfg.iterations;
     double *us[K_N], *fork_us = map_array(n * sizeof(double));
