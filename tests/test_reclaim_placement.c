@@ -21,12 +21,8 @@
 
 /* Prints policy and CPU mask (first 64 CPUs) of one thread. */
 static void print_thread(const char *prefix, int tid) {
-    cpu_set_t s;
-    unsigned long long mask = 0;
-    if (sched_getaffinity(tid, sizeof s, &s) == 0)
-        for (int c = 0; c < 64; c++)
-            if (CPU_ISSET(c, &s)) mask |= 1ull << c;
-    printf("%s_policy=%d\n%s_cpus=%llu\n", prefix, sched_getscheduler(tid), prefix, mask);
+    printf("%s_policy=%d\n%s_cpus=%llu\n", prefix, sched_getscheduler(tid), prefix,
+           task_cpu_mask(tid));
 }
 
 /* The scenario: make the reclaim thread purge through its ring (so io-wq

@@ -25,15 +25,6 @@
 #define MiB ((size_t)1 << 20)
 #define WORKER_BLOCKS 20000
 
-static unsigned long long cpu_mask(int tid) {
-    cpu_set_t s;
-    unsigned long long mask = 0;
-    if (sched_getaffinity(tid, sizeof s, &s) == 0)
-        for (int c = 0; c < 64; c++)
-            if (CPU_ISSET(c, &s)) mask |= 1ull << c;
-    return mask;
-}
-
 static void *worker_blocks[WORKER_BLOCKS];
 
 static void *worker(void *arg) {
@@ -83,7 +74,7 @@ __attribute__((constructor(200))) static void scenario_main(void) {
     if (!event) return;
     /* the creating thread pins itself to its last CPU and takes
      * SCHED_BATCH: the reclaim thread must have neither */
-    unsigned long long process_cpus = cpu_mask(0);
+    unsigned long long process_cpus = task_cpu_mask(0);
     cpu_set_t one;
     CPU_ZERO(&one);
     int last = 63 - __builtin_clzll(process_cpus);
@@ -111,7 +102,7 @@ __attribute__((constructor(200))) static void scenario_main(void) {
     }
     printf("threads_after=%d\nreclaim_found=%d\n", threads, tid != 0);
     if (tid) {
-        printf("reclaim_cpus_match=%d\n", cpu_mask(tid) == process_cpus);
+        printf("reclaim_cpus_match=%d\n", task_cpu_mask(tid) == process_cpus);
         printf("reclaim_policy=%d\n", sched_getscheduler(tid));
     }
     fflush(stdout);

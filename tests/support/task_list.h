@@ -4,6 +4,7 @@
 #define LULL_TEST_TASK_LIST_H
 
 #include <dirent.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,17 @@ static inline int task_count(void) {
         n += e->d_name[0] != '.';
     closedir(d);
     return n;
+}
+
+/* The CPU set of thread `tid` (0: the caller), its first 64 CPUs as bits;
+ * 0 if it cannot be read. */
+static inline unsigned long long task_cpu_mask(int tid) {
+    cpu_set_t s;
+    unsigned long long mask = 0;
+    if (sched_getaffinity(tid, sizeof s, &s) == 0)
+        for (int c = 0; c < 64; c++)
+            if (CPU_ISSET(c, &s)) mask |= 1ull << c;
+    return mask;
 }
 
 #endif
