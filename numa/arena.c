@@ -133,7 +133,7 @@ static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
 }
 
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
-    NOTIFY(span_taking); /* a fork child's deferred reclaim thread may start here */
+    NOTIFY(span_taking); /* a deferred reclaim thread may start here (reclaim.h) */
     pthread_mutex_lock(&a->lock);
     /* dirty memory is resident already: reuse it first; then slices given
      * back with MADV_FREE (resident until the kernel needs the memory:

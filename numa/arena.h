@@ -25,7 +25,7 @@ extern lull_arena lull_arenas[LULL_MAX_NODES];
 extern int lull_arena_count;
 
 /* What the reclaim side wants to hear of the arenas (its purge policy, and
- * a fork child's deferred reclaim thread), installed by reclaim/ when it
+ * a deferred reclaim thread), installed by reclaim/ when it
  * registers; each NULL until then. numa/ knows nothing of reclaim/. */
 typedef struct lull_arena_listener {
     /* n slices taken again, freed interval_ms ago; purged: they had been

@@ -48,14 +48,15 @@ extern void (*lull_reclaim_collect_hook)(void);
  * handler in a fork child: a process that execs or exits soon stays
  * single-threaded (a child can unshare a user namespace, and a fork+exec
  * or a short program pays for no thread, no ring and no monitor). It
- * starts on first need instead: a huge block freed into its cache, a
- * thread's heap abandoned at its exit, lull_reclaim_now or the statistics
- * start it at once; a span given back to an arena marks it wanted, and the
+ * starts on first need instead: a huge block freed into its cache,
+ * lull_reclaim_now or the statistics start it at once; a span given back to
+ * an arena or a heap abandoned at its thread's exit marks it wanted, and the
  * next start point starts it; a start point also starts it once the
  * process has run LULL_RECLAIM_START_AFTER_MS without needing it (its
  * counter page is due a second later). The start points are where the
  * calling thread is in no half-done heap update: a span about to be taken
- * from an arena, the end of a free that emptied a span. A free cannot
+ * from an arena, the end of a free that emptied a span, a remote free,
+ * lull_thread_collect(). A free cannot
  * create the thread where it gives the span back: pthread_create allocates
  * (glibc's TLS vector), and that malloc would run on a heap half way
  * through an update (heap.c walks its queues around span releases). */
@@ -67,7 +68,8 @@ enum {
 };
 #define LULL_RECLAIM_START_AFTER_MS 1000
 extern _Atomic int lull_reclaim_deferred;
-void lull_reclaim_deferred_slow(bool start_point);
+void lull_reclaim_want_slow(void);
+void lull_reclaim_start_point_slow(void);
 /* Start a deferred thread now (the calling thread holds no lull lock and
  * is in no heap update). */
 void lull_reclaim_start_now(void);
@@ -76,12 +78,13 @@ void lull_reclaim_start_now(void);
  * heap's lock, which pthread_create's own malloc would take again. */
 extern __thread bool lull_reclaim_no_start __attribute__((tls_model("initial-exec")));
 
-/* A span went back to its arena (any thread; one relaxed load). */
-static inline void lull_reclaim_note_give_back(void) {
+/* There is work for the thread (a span went back to its arena, a heap was
+ * abandoned): a deferred one is wanted. Any thread; one relaxed load. */
+static inline void lull_reclaim_want(void) {
     if (__builtin_expect(atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
                              LULL_RECLAIM_DEFERRED,
                          0))
-        lull_reclaim_deferred_slow(false);
+        lull_reclaim_want_slow();
 }
 
 /* A start point (above): one relaxed load once the thread runs. */
@@ -89,7 +92,7 @@ static inline void lull_reclaim_start_point(void) {
     if (__builtin_expect(atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) !=
                              LULL_RECLAIM_NOT_DEFERRED,
                          0))
-        lull_reclaim_deferred_slow(true);
+        lull_reclaim_start_point_slow();
 }
 /* Hand a freed huge block to the reclaim thread: its cache, or its queue
  * (called from free on any thread; no system call). */

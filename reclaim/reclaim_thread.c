@@ -351,14 +351,14 @@ static void defer_start(void) {
 
 __thread bool lull_reclaim_no_start __attribute__((tls_model("initial-exec")));
 
-void lull_reclaim_deferred_slow(bool start_point) {
-    int s = atomic_load(&lull_reclaim_deferred);
-    if (!start_point) { /* only the first give-back changes it */
-        if (s == LULL_RECLAIM_DEFERRED)
-            atomic_compare_exchange_strong(&lull_reclaim_deferred, &s, LULL_RECLAIM_WANTED);
-        return;
-    }
+void lull_reclaim_want_slow(void) {
+    int s = LULL_RECLAIM_DEFERRED; /* only the first want changes it */
+    atomic_compare_exchange_strong(&lull_reclaim_deferred, &s, LULL_RECLAIM_WANTED);
+}
+
+void lull_reclaim_start_point_slow(void) {
     if (lull_reclaim_no_start) return;
+    int s = atomic_load(&lull_reclaim_deferred);
     if (s == LULL_RECLAIM_WANTED ||
         (s == LULL_RECLAIM_DEFERRED &&
          lull_now_ms() - atomic_load(&deferred_since_ms) >= LULL_RECLAIM_START_AFTER_MS))
@@ -506,7 +506,7 @@ static void policy_purged(uint32_t slices) {
 }
 
 static void span_given_back(void) {
-    lull_reclaim_note_give_back();
+    lull_reclaim_want();
 }
 
 static void span_taking(void) {

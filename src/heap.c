@@ -384,7 +384,7 @@ void lull_heap_abandon(lull_heap *h) {
     /* only the reclaim thread collects the remote frees into an abandoned
      * heap: a deferred one is wanted now, and the next start point (a
      * remote free, say) starts it; never this exiting thread (reclaim.h) */
-    lull_reclaim_note_give_back();
+    lull_reclaim_want();
 }
 
 /* The reclaim thread, each tick: the remote frees into heaps whose threads
