@@ -343,7 +343,9 @@ static void start_deferred(void) {
 static _Atomic uint32_t deferred_since_ms;
 
 static void defer_start(void) {
-    if (!start_cpus_known) /* the process's start, or a fork child's */
+    /* once, at the process's start: a fork child keeps the parent's set
+     * (the forking thread may be pinned) */
+    if (!start_cpus_known)
         start_cpus_known = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
     atomic_store(&deferred_since_ms, lull_now_ms());
     atomic_store(&lull_reclaim_deferred, LULL_RECLAIM_DEFERRED);
