@@ -28,6 +28,8 @@ static const char *const names[LULL_RACE_COUNT] = {
     [LULL_RACE_RECLAIM_PURGE] = "reclaim_purge",
     [LULL_RACE_RECLAIM_FINISH] = "reclaim_finish",
     [LULL_RACE_FORK] = "fork",
+    [LULL_RACE_OUTBOX_SEND] = "outbox_send",
+    [LULL_RACE_INBOX_APPLY] = "inbox_apply",
 };
 
 const char *lull_race_point_name(lull_race_point_id p) {

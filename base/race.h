@@ -24,6 +24,8 @@ typedef enum {
     LULL_RACE_RECLAIM_PURGE,  /* reclaim: runs claimed, the purge not yet issued */
     LULL_RACE_RECLAIM_FINISH, /* reclaim: target map set, purging bits not yet cleared */
     LULL_RACE_FORK,           /* fork: inside the prepare handler */
+    LULL_RACE_OUTBOX_SEND,    /* remote free: a message about to be pushed on its owner's inbox */
+    LULL_RACE_INBOX_APPLY,    /* owner: a message taken from the inbox, not yet applied */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

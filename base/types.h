@@ -29,7 +29,7 @@
 #define LULL_SLICE_SIZE ((size_t)1 << LULL_SLICE_SHIFT)
 #define LULL_SLICES (LULL_SEGMENT_SIZE / LULL_SLICE_SIZE) /* 512 */
 #define LULL_SLICE_WORDS (LULL_SLICES / 64)
-#define LULL_META_SLICES 1
+#define LULL_META_SLICES 2 /* the segment header: span descriptors are 64 KiB */
 #define LULL_PAGE_SIZE ((size_t)4096)
 #define LULL_EXTENT_SLICES 32 /* 2 MiB: the unit a purge keeps whole */
 
@@ -55,56 +55,59 @@ struct lull_arena;
 
 /* Span descriptor: slices[i] of the segment describes the span whose head is
  * slice i; the segment's span_head table leads from any slice of a span to
- * its head. Fields above `thread_free` are the owner heap's alone. */
-/* 96 bytes, in a 64-byte aligned array: the first 64 bytes are what the
- * owner's malloc and free touch, the last 32 what remote frees and the
- * queues do. Span 2k's hot part is a line of its own and span 2k+1's
- * covers the second half and the first half of the next two lines, beside
- * cold parts only: two threads' neighbouring spans never share a line they
- * both write. Before (hot and cold fields mixed, the array 40 bytes off a
- * line), two threads allocating in neighbouring spans ran at 154-163
- * instead of 205-218 Mops/s (bench_throughput --mode mt), depending on
- * which slices they got. */
+ * its head.
+ *
+ * 128 bytes, two lines in a line-aligned array. The first holds what every
+ * free() reads to find the owner and check the pointer, written only when
+ * the span is set up: a thread freeing into another heap's span reads it
+ * from a line the owner does not write, which stays shared in both caches.
+ * The second holds what the owner's malloc and free write. In one line of
+ * 64 bytes (96-byte descriptors), the remote free's read of `heap` missed
+ * every time the owner had allocated from the span meanwhile: 47 % of
+ * free()'s samples in bench_throughput --mode larson-live. Each line is the
+ * span's alone: two threads' spans never share a line either (before the
+ * array was line-aligned, two threads allocating in neighbouring spans ran
+ * at 154-163 instead of 205-218 Mops/s, bench_throughput --mode mt). */
 typedef struct lull_span {
-    /* ---- hot: the owner's fast paths ---- */
-    lull_block *free; /* local free list: malloc pops, local free pushes */
-    /* blocks handed out and not freed locally; LULL_SPAN_IN_FULL set while
-     * the span is on its heap's full list, so that free() tests both with
-     * one signed compare */
-    uint32_t used;
-    uint32_t start_off;             /* small: offset of the span's first byte in its segment */
+    /* ---- read-mostly: set when the span is taken ---- */
     struct lull_heap *_Atomic heap; /* owner (small); NULL for large */
     union {
         size_t requested;   /* large: bytes asked for (accounting) */
         uint64_t div_magic; /* small: ceil(2^64 / block_size), see lull_block_misaligned */
     };
-    uint32_t capacity; /* blocks that fit in the span */
-    uint32_t carved;   /* blocks carved so far (the rest never touched) */
+    uint32_t start_off; /* small: offset of the span's first byte in its segment */
     uint32_t block_size;
+    uint32_t capacity;     /* blocks that fit in the span */
     uint32_t block_offset; /* large: offset of the block in the span (alignment) */
     uint16_t slice_count;
     uint8_t kind; /* lull_span_kind */
     uint8_t size_class;
-    uint8_t zeroed;         /* uncarved memory is known to be zero */
-    uint8_t kept;           /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
+    uint8_t zeroed; /* uncarved memory is known to be zero */
+    /* ---- the owner's: malloc and free write these ---- */
+    _Alignas(64) lull_block *free; /* local free list: malloc pops, local free pushes */
+    /* blocks handed out and not freed locally; LULL_SPAN_IN_FULL set while
+     * the span is on its heap's full list, so that free() tests both with
+     * one signed compare */
+    uint32_t used;
+    uint32_t carved;        /* blocks carved so far (the rest never touched) */
     struct lull_span *next; /* heap queue links */
-    /* ---- cold: queues and remote frees ---- */
     struct lull_span *prev;
-    /* Frees from other threads: the head of their list, with
+    /* Frees from threads without a heap, and of blocks too small for a
+     * message (src/outbox.h): the head of their list, with
      * LULL_REMOTE_QUEUED in bit 0 while the span is on (or being pushed onto)
      * its owner's remote_spans stack. One word, so that no thread can see
      * "no remote free and not queued" while a remote free is half done
      * (docs/architecture.md, the remote-free protocol). */
     _Atomic uintptr_t thread_free;
     struct lull_span *remote_next;
+    uint8_t kept; /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
     /* set by a remote free whose block already looked free: the owner's
      * collection then checks the list against its local free list */
     _Atomic uint8_t remote_suspect;
-    uint8_t cold_pad[7];
 } lull_span;
 
-_Static_assert(sizeof(lull_span) == 96, "the hot/cold layout above assumes 96 bytes");
-_Static_assert(offsetof(lull_span, prev) == 64, "the owner's fields fill the first line");
+_Static_assert(sizeof(lull_span) == 128, "the two-line layout above assumes 128 bytes");
+_Static_assert(offsetof(lull_span, free) == 64, "what free() reads fills the first line");
 
 #define LULL_REMOTE_QUEUED ((uintptr_t)1)
 
@@ -145,9 +148,9 @@ typedef struct lull_segment {
     _Alignas(64) lull_span slices[LULL_SLICES];
 } lull_segment;
 
-_Static_assert(LULL_SLICES * sizeof(lull_span) <= 65536, "span_head offsets must fit 16 bits");
+_Static_assert((LULL_SLICES - 1) * sizeof(lull_span) < 65536, "span_head offsets must fit 16 bits");
 _Static_assert(sizeof(lull_segment) <= LULL_META_SLICES * LULL_SLICE_SIZE,
-               "segment metadata must fit in its first slice");
+               "segment metadata must fit in its metadata slices");
 
 /* A huge block's mapping starts with this header, at a 32 MiB boundary. */
 typedef struct lull_huge {
@@ -177,6 +180,16 @@ typedef struct lull_span_queue {
  * makes it the owner for that time). */
 #define LULL_DIRECT_WORDS 129 /* (size + 7) >> 3 for sizes up to 1 KiB */
 
+/* Remote frees a heap's thread made and has not sent yet, one message per
+ * owner heap (src/outbox.c): blocks linked through their second word. */
+#define LULL_OUTBOX_SLOTS 8
+typedef struct lull_outbox_slot {
+    struct lull_heap *dest; /* the heap that owns every block of the message */
+    lull_block *head, *tail;
+    uint32_t count; /* blocks */
+    uint32_t bytes;
+} lull_outbox_slot;
+
 typedef struct lull_heap {
     /* fast path of malloc(size <= 1 KiB): direct[(size + 7) >> 3] is
      * current[class of size], so malloc needs no class lookup (2 instructions
@@ -184,8 +197,7 @@ typedef struct lull_heap {
     lull_span *direct[LULL_DIRECT_WORDS];
     lull_span *current[LULL_CLASSES]; /* first span of each class */
     lull_span_queue queue[LULL_CLASSES];
-    lull_span_queue full;              /* spans with no free block */
-    _Atomic(lull_span *) remote_spans; /* spans that got remote frees */
+    lull_span_queue full; /* spans with no free block */
     struct lull_arena *arena;
     struct lull_heap *next_all; /* registry of every heap */
     struct lull_heap *next_abandoned;
@@ -203,6 +215,13 @@ typedef struct lull_heap {
     struct lull_span *kept[LULL_KEPT_SLOTS];
     uint64_t kept_bytes;
     uint32_t kept_next;
+    uint32_t outbox_pending; /* bit i: outbox[i] holds blocks */
+    lull_outbox_slot outbox[LULL_OUTBOX_SLOTS];
+    /* ---- written by other threads: a line of their own ---- */
+    _Alignas(64) _Atomic(lull_span *) remote_spans; /* spans that got remote frees */
+    /* messages of remote frees (src/outbox.c), one list: each message's
+     * tail links to the message pushed before it */
+    _Atomic(lull_block *) inbox;
 } lull_heap;
 
 #endif

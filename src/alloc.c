@@ -10,6 +10,7 @@
 #include "base/message.h"
 #include "base/race.h"
 #include "reclaim/reclaim.h"
+#include "src/outbox.h"
 
 #include <errno.h>
 #include <string.h>
@@ -74,6 +75,9 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
 
 /* Find a span of class c with a free block and make it current. */
 static lull_span *class_refill(lull_heap *h, unsigned c) {
+    /* the thread's own remote frees go out at its slow paths too, so that a
+     * thread that allocates now and then holds none for long */
+    if (h->outbox_pending) lull_outbox_flush(h);
     lull_heap_collect_remote(h);
     lull_span_queue *q = &h->queue[c];
     for (lull_span *s = q->head, *next; s; s = next) {
@@ -223,14 +227,14 @@ void *lull_calloc_generic(size_t size) {
 _Atomic uint64_t lull_other_frees;
 
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
+    if (lull_block_in_message(b))
+        lull_fatal("free(): double free of %p (freed by another thread, then by its owner thread)",
+                   (void *)b);
     /* a block another thread freed first is on the remote list: bring that
      * list in, so that the walk below sees it */
     lull_span_collect(span);
-    uint32_t limit = span->capacity;
-    for (lull_block *f = span->free; f && limit--; f = lull_block_next(f))
-        if (f == b)
-            lull_fatal("free(): double free of %p (block of %u bytes)", (void *)b,
-                       span->block_size);
+    if (lull_span_free_list_has(span, b))
+        lull_fatal("free(): double free of %p (block of %u bytes)", (void *)b, span->block_size);
     lull_block_set_next(b, span->free);
     span->free = b;
     h->frees++;
@@ -277,6 +281,7 @@ free_list_has(const lull_span *span, const lull_block *first, const lull_block *
 
 __attribute__((no_sanitize("thread"))) static void check_remote_double_free(lull_span *span,
                                                                             lull_block *b) {
+    if (lull_block_in_message(b)) lull_fatal_remote_double_free(b);
     lull_block *local = __atomic_load_n(&span->free, __ATOMIC_RELAXED);
     if (free_list_has(span, local, b))
         lull_fatal("free(): double free of %p (freed by its owner thread, then by another thread)",
@@ -293,19 +298,13 @@ __attribute__((no_sanitize("thread"))) static void check_remote_double_free(lull
  * whose CAS set the bit, and only that one, then pushes the span on its
  * owner's remote_spans. While the bit is set the owner never releases the
  * span, and only the owner's pop from remote_spans clears it. */
-static void remote_free(void *p, lull_span *span, lull_heap *owner) {
-    lull_block *b = p;
-    if (__builtin_expect(lull_block_misaligned(span, p), 0)) lull_fatal_misaligned(p, span);
-    /* freeing writes this word anyway: reading it first costs no miss */
-    if (__builtin_expect(lull_block_looks_free(b), 0) ||
-        __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
-        check_remote_double_free(span, b);
+static void remote_free(lull_block *b, lull_span *span, lull_heap *owner) {
     LULL_RACE_POINT(LULL_RACE_REMOTE_PUSH);
     uintptr_t old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
     do {
         lull_block *head = lull_remote_head(old);
         if (__builtin_expect(head == b, 0)) /* still first on the list: freed twice in a row */
-            lull_fatal_remote_double_free(p);
+            lull_fatal_remote_double_free(b);
         lull_block_set_next(b, head);
         /* release: the owner's collection sees b's link; acquire: when this
          * CAS sets the bit, the owner's pop that cleared it (and its write of
@@ -333,7 +332,29 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     if (kind == LULL_SPAN_SMALL) {
         lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_acquire);
         if (!owner) lull_fatal("free(): invalid pointer or double free of %p (span not in use)", p);
-        remote_free(p, span, owner);
+        lull_block *b = p;
+        if (__builtin_expect(lull_block_misaligned(span, p), 0)) lull_fatal_misaligned(p, span);
+        /* freeing writes this word anyway: reading it first costs no miss */
+        if (__builtin_expect(lull_block_looks_free(b), 0) ||
+            __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
+            check_remote_double_free(span, b);
+        /* remote frees go out in batches, one message per owner (outbox.h),
+         * from the freeing thread's heap: a thread that only frees (a
+         * consumer) gets one now. An exiting thread past lull's heap
+         * destructor gets none, and blocks too small for a message's two
+         * words have none: those go on the span's own list at once. */
+        if (h == &lull_heap_empty && !lull_heap_thread_done()) {
+            h = lull_heap_get_or_create();
+            if (!h) h = &lull_heap_empty;
+        }
+        if (h != &lull_heap_empty && span->block_size >= 2 * sizeof(uintptr_t)) {
+            /* the owner exited: its heap's blocks come back now, not a
+             * reclaim tick later (a chain of threads, each freeing what the
+             * last one made) */
+            lull_heap *sent_to = lull_outbox_put(h, owner, b, span->block_size);
+            if (sent_to) lull_heap_collect_if_abandoned(sent_to);
+        } else
+            remote_free(b, span, owner);
         /* no heap update is under way here: a deferred reclaim thread that
          * is wanted (the owner may be an abandoned heap, whose remote frees
          * only that thread collects) starts */

@@ -5,6 +5,7 @@
 #include "numa/arena.h"
 #include "reclaim/reclaim.h"
 #include "src/free_errors.h"
+#include "src/outbox.h"
 #include "numa/home_arena.h"
 #include "base/message.h"
 #include "base/race.h"
@@ -105,10 +106,14 @@ lull_heap *lull_heap_get_or_create(void) {
     int node = lull_home_node();
     pthread_mutex_lock(&registry_lock);
     lull_heap *h = abandoned[node];
-    if (h)
+    if (h) {
         abandoned[node] = h->next_abandoned;
-    else
+        /* under the lock: a sender that finds it set, holding the lock,
+         * owns the heap for that time (lull_heap_collect_if_abandoned) */
+        __atomic_store_n(&h->abandoned, false, __ATOMIC_RELAXED);
+    } else {
         h = heap_alloc_locked();
+    }
     pthread_mutex_unlock(&registry_lock);
     if (!h) {
         errno = ENOMEM;
@@ -116,7 +121,6 @@ lull_heap *lull_heap_get_or_create(void) {
     }
     LULL_RACE_POINT(LULL_RACE_ADOPT);
     h->next_abandoned = NULL;
-    h->abandoned = false;
     h->owner_tid = gettid();
     h->node = node;
     h->arena = &lull_arenas[node < lull_arena_count ? node : 0];
@@ -331,7 +335,58 @@ static void unfull(lull_heap *h, lull_span *span) {
     update_current(h, span->size_class);
 }
 
+/* The remote frees other threads sent (outbox.h), applied as local frees:
+ * every block of a message is still counted in its span's used, so the
+ * span is this heap's until now; a span this empties is kept or released
+ * like after any free. */
+#define SUSPECTS_TRACKED 8
+
+/* A remote free of a block that looked free already flagged its span
+ * (remote_suspect; every remote free does under strict_checks): each block
+ * of that span in this inbox is checked against the local free list, where
+ * a racing owner's free may have put it. The flag is cleared at the first
+ * such block, before the span can be released; the span is remembered so
+ * that its other blocks in this inbox are checked too. */
+static void check_suspect(lull_span *span, const lull_block *b, lull_span **seen, unsigned *n) {
+    bool flagged = atomic_load_explicit(&span->remote_suspect, memory_order_relaxed);
+    bool known = false;
+    for (unsigned i = 0; i < *n && !known; i++)
+        known = seen[i] == span;
+    if (!flagged && !known) return;
+    if (flagged) {
+        atomic_store_explicit(&span->remote_suspect, 0, memory_order_relaxed);
+        if (!known && *n < SUSPECTS_TRACKED) seen[(*n)++] = span;
+    }
+    if (lull_span_free_list_has(span, b))
+        lull_fatal("free(): double free of %p (freed by its owner thread and by another thread)",
+                   (const void *)b);
+}
+
+static void apply_inbox(lull_heap *h) {
+    if (!atomic_load_explicit(&h->inbox, memory_order_relaxed)) return;
+    lull_block *b = atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire);
+    LULL_RACE_POINT(LULL_RACE_INBOX_APPLY);
+    lull_span *suspects[SUSPECTS_TRACKED];
+    unsigned suspect_count = 0;
+    while (b) {
+        if (__builtin_expect(!lull_block_in_message(b), 0))
+            lull_fatal("free(): block %p was written after another thread freed it", (void *)b);
+        lull_block *next = lull_message_next(b);
+        lull_span *span = lull_span_of(lull_segment_of(b), b);
+        check_suspect(span, b, suspects, &suspect_count);
+        lull_block_set_next(b, span->free);
+        span->free = b;
+        if (lull_span_put_back_one(span)) {
+            if (lull_span_in_full(span)) unfull(h, span);
+            if (span->used == 0) span_empty(h, span);
+        }
+        b = next;
+    }
+}
+
 void lull_heap_collect_remote(lull_heap *h) {
+    apply_inbox(h);
+    if (!atomic_load_explicit(&h->remote_spans, memory_order_relaxed)) return;
     lull_span *list = atomic_exchange_explicit(&h->remote_spans, NULL, memory_order_acquire);
     while (list) {
         lull_span *span = list;
@@ -344,6 +399,7 @@ void lull_heap_collect_remote(lull_heap *h) {
 }
 
 void lull_heap_collect(lull_heap *h, bool all) {
+    lull_outbox_flush(h);
     lull_heap_collect_remote(h);
     if (!all) return;
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
@@ -376,7 +432,7 @@ void lull_heap_abandon(lull_heap *h) {
     lull_tl_heap = &lull_heap_empty;
     pthread_mutex_lock(&registry_lock);
     h->owner_tid = 0;
-    h->abandoned = true;
+    __atomic_store_n(&h->abandoned, true, __ATOMIC_RELAXED);
     int node = h->node < LULL_MAX_NODES ? h->node : 0;
     h->next_abandoned = abandoned[node];
     abandoned[node] = h;
@@ -392,19 +448,34 @@ void lull_heap_abandon(lull_heap *h) {
  * a process whose thread count fell may never do), and their emptied spans
  * go back to the arena to be purged. Under the registry lock, which no
  * adopting thread gets past meanwhile; the late heap under its own lock. */
+static bool remote_frees_waiting(lull_heap *h) {
+    return atomic_load_explicit(&h->remote_spans, memory_order_relaxed) ||
+           atomic_load_explicit(&h->inbox, memory_order_relaxed);
+}
+
 void lull_heaps_collect_abandoned(void) {
     pthread_mutex_lock(&registry_lock);
     for (int node = 0; node < LULL_MAX_NODES; node++)
         for (lull_heap *h = abandoned[node]; h; h = h->next_abandoned)
-            if (atomic_load_explicit(&h->remote_spans, memory_order_relaxed))
-                lull_heap_collect_remote(h);
+            if (remote_frees_waiting(h)) lull_heap_collect_remote(h);
     pthread_mutex_unlock(&registry_lock);
     lull_heap *late = __atomic_load_n(&late_heap, __ATOMIC_ACQUIRE);
-    if (late && atomic_load_explicit(&late->remote_spans, memory_order_relaxed)) {
+    if (late && remote_frees_waiting(late)) {
         pthread_mutex_lock(&late_lock);
         lull_heap_collect_remote(late);
         pthread_mutex_unlock(&late_lock);
     }
+}
+
+void lull_heap_collect_if_abandoned(lull_heap *h) {
+    if (!__atomic_load_n(&h->abandoned, __ATOMIC_RELAXED) ||
+        h == __atomic_load_n(&late_heap, __ATOMIC_ACQUIRE))
+        return;
+    /* busy: the reclaim thread collecting every abandoned heap, or a thread
+     * adopting one or making its heap; the next reclaim tick collects */
+    if (pthread_mutex_trylock(&registry_lock) != 0) return;
+    if (h->abandoned) lull_heap_collect_remote(h); /* still on an abandoned list */
+    pthread_mutex_unlock(&registry_lock);
 }
 
 void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg) {

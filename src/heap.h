@@ -53,6 +53,9 @@ void lull_heap_late_release(void);
 /* Collect the remote frees of abandoned heaps and of the late heap
  * (the reclaim thread, each tick). */
 void lull_heaps_collect_abandoned(void);
+/* A thread that sent remote frees to h: if h is abandoned, collect them now
+ * (under the registry lock, if it is free), not at the next reclaim tick. */
+void lull_heap_collect_if_abandoned(lull_heap *h);
 
 /* Walk every heap (registry); the callback runs with the registry locked. */
 void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg);

@@ -77,6 +77,40 @@ static inline bool lull_block_misaligned(const lull_span *span, const void *p) {
     return (uint64_t)off * span->div_magic >= span->div_magic;
 }
 
+/* A block in a remote-free message (src/outbox.c). Its first word links to
+ * the block's own address with bit 24 flipped: 16 MiB away, in the same
+ * segment (so lull_block_looks_free() takes it for free, and a second free
+ * of the block, by anyone, is checked) but never in the same span (spans are
+ * at most 4 MiB), so no free-list link, stale or current, reads as the mark,
+ * even with its low bytes overwritten by the block's new user. Its second
+ * word links to the next block of the message, safe-linked. Blocks of 16
+ * bytes or more. */
+/* Is b on the span's local free list? The owner's walk, at most
+ * `capacity` links (a list made circular by a double free ends too). */
+static inline bool lull_span_free_list_has(const lull_span *span, const lull_block *b) {
+    uint32_t limit = span->capacity;
+    for (const lull_block *f = span->free; f && limit--; f = lull_block_next(f))
+        if (f == b) return true;
+    return false;
+}
+
+#define LULL_MESSAGE_MARK ((uintptr_t)1 << 24)
+_Static_assert(LULL_MESSAGE_MARK < LULL_SEGMENT_SIZE, "the mark stays in the block's segment");
+_Static_assert(64 * LULL_SLICE_SIZE <= LULL_MESSAGE_MARK, "the mark is outside every span");
+
+static inline void lull_message_link(lull_block *b, lull_block *next) {
+    lull_block_set_next(b, (lull_block *)((uintptr_t)b ^ LULL_MESSAGE_MARK));
+    (&b->next_encoded)[1] = (uintptr_t)next ^ ((uintptr_t)b >> 12);
+}
+
+static inline lull_block *lull_message_next(const lull_block *b) {
+    return (lull_block *)((&b->next_encoded)[1] ^ ((uintptr_t)b >> 12));
+}
+
+static inline bool lull_block_in_message(const lull_block *b) {
+    return (uintptr_t)lull_block_next(b) == ((uintptr_t)b ^ LULL_MESSAGE_MARK);
+}
+
 static inline lull_block *lull_remote_head(uintptr_t word) {
     return (lull_block *)(word & ~LULL_REMOTE_QUEUED);
 }

@@ -7,6 +7,7 @@
 #include "lull.h"
 #include "numa/arena.h"
 #include "src/heap.h"
+#include "src/outbox.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
@@ -274,18 +275,25 @@ static void *full_freer(void *arg) {
     full_remote_before = lull_tl_heap->frees;
     lull_free(full_victim);
     full_remote_after = lull_tl_heap->frees;
+    lull_thread_collect(); /* sends the free (outbox.h), as its next refill would */
     pthread_barrier_wait(&full_bar);
     return NULL;
 }
 
-Test(heap_threads, a_remote_free_into_a_full_span_comes_back_to_the_owner) {
-    lull_size_classes_init();
-    pthread_barrier_init(&full_bar, NULL, 2);
+/* Run an owner and a freer thread, which meet at `bar`, to their end. */
+static void run_pair(pthread_barrier_t *bar, void *(*owner)(void *), void *(*freer)(void *)) {
+    pthread_barrier_init(bar, NULL, 2);
     pthread_t a, b;
-    pthread_create(&a, NULL, full_owner, NULL);
-    pthread_create(&b, NULL, full_freer, NULL);
+    pthread_create(&a, NULL, owner, NULL);
+    pthread_create(&b, NULL, freer, NULL);
     pthread_join(a, NULL);
     pthread_join(b, NULL);
+    pthread_barrier_destroy(bar);
+}
+
+Test(heap_threads, a_remote_free_into_a_full_span_comes_back_to_the_owner) {
+    lull_size_classes_init();
+    run_pair(&full_bar, full_owner, full_freer);
     unsigned cap = lull_classes[lull_class_of(FULL_SIZE)].capacity;
     cr_log_info("capacity %u, victim back after %ld mallocs", cap, full_found_after);
     cr_assert(full_was_full, "the first span was not parked as full");
@@ -334,4 +342,75 @@ Test(heap_threads, blocks_of_a_dead_thread_are_freed_and_reused) {
     }
     cr_assert_leq(segments(), segs0 + 1);
     lull_free(first);
+}
+
+/* ---- remote frees go out in messages (src/outbox.h) ---------------------- */
+
+#define MSG_SIZE 256 /* 64 blocks a message: 16 KiB, under the byte bound */
+
+static pthread_barrier_t msg_bar;
+static void *msg_blocks[LULL_OUTBOX_BATCH];
+static unsigned msg_to_free;
+static lull_span *msg_span;
+static uint32_t msg_used[3];
+
+static void *msg_owner(void *arg) {
+    (void)arg;
+    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++)
+        msg_blocks[i] = lull_malloc(MSG_SIZE);
+    void *keep = lull_malloc(MSG_SIZE); /* the span stays in use */
+    msg_span = lull_span_of(lull_segment_of(msg_blocks[0]), msg_blocks[0]);
+    msg_used[0] = lull_span_used(msg_span);
+    pthread_barrier_wait(&msg_bar); /* the freer frees msg_to_free blocks */
+    pthread_barrier_wait(&msg_bar);
+    lull_thread_collect(); /* applies what reached its inbox */
+    msg_used[1] = lull_span_used(msg_span);
+    pthread_barrier_wait(&msg_bar); /* the freer collects: it sends the rest */
+    pthread_barrier_wait(&msg_bar);
+    lull_thread_collect();
+    msg_used[2] = lull_span_used(msg_span);
+    for (unsigned i = msg_to_free; i < LULL_OUTBOX_BATCH; i++)
+        lull_free(msg_blocks[i]);
+    lull_free(keep);
+    return NULL;
+}
+
+static void *msg_freer(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(8)); /* a heap of its own */
+    pthread_barrier_wait(&msg_bar);
+    for (unsigned i = 0; i < msg_to_free; i++)
+        lull_free(msg_blocks[i]);
+    pthread_barrier_wait(&msg_bar);
+    pthread_barrier_wait(&msg_bar);
+    lull_thread_collect();
+    pthread_barrier_wait(&msg_bar);
+    return NULL;
+}
+
+/* The owner's span count after the freer freed n of its blocks and before
+ * and after the freer collected. */
+static void run_message(unsigned n) {
+    msg_to_free = n;
+    run_pair(&msg_bar, msg_owner, msg_freer);
+    cr_log_info("%u freed: used %u, %u before the freer collected, %u after", n, msg_used[0],
+                msg_used[1], msg_used[2]);
+}
+
+/* A full message goes out by itself: the owner gets all 64 frees back while
+ * the freer does nothing more. */
+Test(heap_threads, a_full_message_reaches_the_owner_without_the_freers_help) {
+    lull_size_classes_init();
+    run_message(LULL_OUTBOX_BATCH);
+    cr_assert_eq(msg_used[1], msg_used[0] - LULL_OUTBOX_BATCH);
+    cr_assert_eq(msg_used[2], msg_used[1]);
+}
+
+/* One free short of a message waits in the freer's outbox (that is the
+ * batching) until the freer collects, refills or exits. */
+Test(heap_threads, a_partial_message_waits_until_the_freer_sends_it) {
+    lull_size_classes_init();
+    run_message(LULL_OUTBOX_BATCH - 1);
+    cr_assert_eq(msg_used[1], msg_used[0], "frees came back before the freer sent them");
+    cr_assert_eq(msg_used[2], msg_used[0] - (LULL_OUTBOX_BATCH - 1));
 }

@@ -26,12 +26,45 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define BATCH 192       /* blocks a round hands from owner to freer */
-#define BLOCK 1024      /* a class whose 64 KiB span holds 64 blocks */
-#define HELD 48         /* blocks the bystander keeps live, checked each round */
-#define HELD_SIZE 60000 /* one-slice large blocks: they take released slices */
+/* Remote frees take one of two paths (docs/architecture.md, "remote
+ * frees"): blocks of 16 bytes or more go out in messages (src/outbox.h),
+ * 8-byte blocks onto their span's own list. A scenario runs with one shape
+ * per path. The owner fills three spans of the class and hands every
+ * `stride`-th block to the freer, freeing the others itself: the spans
+ * empty only when the freer's frees are collected, so collections release
+ * them while frees are in flight. */
+typedef struct {
+    size_t block;
+    int blocks; /* three spans' worth */
+    int stride;
+    int min_rounds;
+    uint32_t points; /* the remote-free points of this path */
+} shape;
+
 #define MIN_ROUNDS 150
 #define MAX_ROUNDS 4000
+#define BLOCK 1024            /* a class whose 64 KiB span holds 64 blocks */
+#define MAX_BLOCKS (3 * 8192) /* 8-byte blocks: three spans of 8192 */
+#define HANDED 192            /* blocks a round hands from owner to freer */
+
+static const shape messages = {
+    .block = BLOCK,
+    .blocks = 192,
+    .stride = 1,
+    .min_rounds = 500, /* fast rounds: more of them, so every window is hit often */
+    .points = (1u << LULL_RACE_OUTBOX_SEND) | (1u << LULL_RACE_INBOX_APPLY),
+};
+static const shape span_list = {
+    .block = 8,
+    .blocks = MAX_BLOCKS,
+    .stride = MAX_BLOCKS / HANDED,
+    .min_rounds = MIN_ROUNDS,
+    .points =
+        (1u << LULL_RACE_REMOTE_PUSH) | (1u << LULL_RACE_REMOTE_QUEUE) | (1u << LULL_RACE_COLLECT),
+};
+static shape cur;
+#define HELD 48         /* blocks the bystander keeps live, checked each round */
+#define HELD_SIZE 60000 /* one-slice large blocks: they take released slices */
 #define MIN_HITS 50
 
 #define MASK(p) (1u << (p))
@@ -91,7 +124,7 @@ static uint64_t bystander_stop(void) {
 /* One round's hand-over: the owner fills `blocks`, the freer checks and
  * frees them; `corrupt` counts blocks whose pattern was broken. */
 static struct {
-    void *blocks[BATCH];
+    void *blocks[HANDED];
     uint64_t seed;
     _Atomic int phase; /* 0 owner's turn, 1 freer's turn, 2 freer done */
     _Atomic int freed; /* blocks the freer has freed this round */
@@ -106,11 +139,13 @@ static void *freer(void *arg) {
         while ((ph = atomic_load(&hand.phase)) != 1 && !atomic_load(&hand.quit))
             sched_yield();
         if (ph != 1) return NULL;
-        for (int i = 0; i < BATCH; i++) {
-            if (!pat_check(hand.blocks[i], BLOCK, hand.seed)) atomic_fetch_add(&hand.corrupt, 1);
+        for (int i = 0; i < HANDED; i++) {
+            if (!pat_check(hand.blocks[i], cur.block, hand.seed))
+                atomic_fetch_add(&hand.corrupt, 1);
             lull_free(hand.blocks[i]);
             atomic_store(&hand.freed, i + 1);
         }
+        lull_thread_collect(); /* sends what its outbox still holds */
         atomic_store(&hand.phase, 2);
     }
 }
@@ -118,10 +153,15 @@ static void *freer(void *arg) {
 static void fill_batch(uint64_t seed) {
     hand.seed = seed;
     atomic_store(&hand.freed, 0);
-    for (int i = 0; i < BATCH; i++) {
-        hand.blocks[i] = lull_malloc(BLOCK);
-        cr_assert_not_null(hand.blocks[i]);
-        pat_fill(hand.blocks[i], BLOCK, seed);
+    for (int i = 0; i < cur.blocks; i++) {
+        void *p = lull_malloc(cur.block);
+        cr_assert_not_null(p);
+        if (i % cur.stride) {
+            lull_free(p);
+            continue;
+        }
+        hand.blocks[i / cur.stride] = p;
+        pat_fill(p, cur.block, seed);
     }
 }
 
@@ -174,15 +214,17 @@ static void race_init(void) {
 }
 
 /* The owner collects its spans directly (lull_thread_collect, as a refill or
- * a thread exit does) while the freer's remote frees are between pushing the
- * block and queueing the span. The old protocol released such a span, then
- * the freer queued it, and the owner released it a second time. */
-Test(race, remote_free_racing_the_owners_collection, .init = race_init, .timeout = 120) {
-    uint32_t mask = MASK(LULL_RACE_REMOTE_PUSH) | MASK(LULL_RACE_REMOTE_QUEUE) |
-                    MASK(LULL_RACE_COLLECT) | MASK(LULL_RACE_SPAN_RELEASE);
-    pthread_t f = start_scenario(mask, 0x5eed0001);
+ * a thread exit does) while the freer's remote frees are in flight: between
+ * pushing the block and queueing the span (the span-list path), or between
+ * sending a message and its owner applying it (messages). The old protocol
+ * released such a span, then the freer queued it, and the owner released it
+ * a second time. */
+static void racing_the_owners_collection(const shape *sh, uint64_t seed) {
+    cur = *sh;
+    uint32_t mask = cur.points | MASK(LULL_RACE_SPAN_RELEASE);
+    pthread_t f = start_scenario(mask, seed);
     int round = 0;
-    for (; round < MAX_ROUNDS && (round < MIN_ROUNDS || !hits_reached(mask)); round++) {
+    for (; round < MAX_ROUNDS && (round < cur.min_rounds || !hits_reached(mask)); round++) {
         fill_batch((uint64_t)round + 1);
         atomic_store(&hand.phase, 1);
         while (atomic_load(&hand.phase) != 2)
@@ -193,33 +235,75 @@ Test(race, remote_free_racing_the_owners_collection, .init = race_init, .timeout
     finish_scenario(f, mask, round);
 }
 
-/* The owner thread exits (its heap is collected and abandoned, then adopted
- * by the next owner) while the remote frees of its blocks are in flight. */
+Test(race, remote_free_racing_the_owners_collection, .init = race_init, .timeout = 120) {
+    racing_the_owners_collection(&span_list, 0x5eed0001);
+}
+
+Test(race, message_racing_the_owners_collection, .init = race_init, .timeout = 120) {
+    racing_the_owners_collection(&messages, 0x5eed0003);
+}
+
+/* The owner thread exits (its heap is collected and abandoned) while the
+ * remote frees of its blocks are in flight, and a new thread adopts the heap
+ * while the second half of them still is: messages to an abandoned heap are
+ * applied by their sender, the reclaim thread or the adopter, whichever
+ * comes first, and never two of them at once. */
 static void *short_owner(void *arg) {
     fill_batch((uint64_t)(uintptr_t)arg);
     atomic_store(&hand.phase, 1);
-    /* collect until the last frees are under way, then exit: they race the
-     * abandon's collection of every span */
-    while (atomic_load(&hand.freed) < BATCH - 1 && atomic_load(&hand.phase) == 1)
+    /* collect until half the frees are done, then exit: the rest race the
+     * abandon's collection of every span and the adoption */
+    while (atomic_load(&hand.freed) < HANDED / 2 && atomic_load(&hand.phase) == 1)
         lull_thread_collect();
     return NULL;
 }
 
-Test(race, remote_free_racing_the_owners_exit, .init = race_init, .timeout = 120) {
-    uint32_t mask = MASK(LULL_RACE_REMOTE_PUSH) | MASK(LULL_RACE_REMOTE_QUEUE) |
-                    MASK(LULL_RACE_COLLECT) | MASK(LULL_RACE_SPAN_RELEASE) |
-                    MASK(LULL_RACE_ABANDON) | MASK(LULL_RACE_ADOPT);
-    pthread_t f = start_scenario(mask, 0x5eed0002);
+#define ADOPTER_BLOCKS 256
+
+/* The next thread: it adopts the heap the owner left (the latest abandoned
+ * one), allocates from it while messages arrive, and checks its blocks. */
+static void *adopter(void *arg) {
+    uint64_t seed = (uint64_t)(uintptr_t)arg;
+    static __thread void *mine[ADOPTER_BLOCKS];
+    for (int i = 0; i < ADOPTER_BLOCKS; i++) {
+        mine[i] = lull_malloc(cur.block);
+        cr_assert_not_null(mine[i]);
+        pat_fill(mine[i], cur.block, seed + (uint64_t)i);
+        if (i % 32 == 0) lull_thread_collect();
+    }
+    for (int i = 0; i < ADOPTER_BLOCKS; i++) {
+        if (!pat_check(mine[i], cur.block, seed + (uint64_t)i)) atomic_fetch_add(&hand.corrupt, 1);
+        lull_free(mine[i]);
+    }
+    return NULL;
+}
+
+static void racing_the_owners_exit(const shape *sh, uint64_t seed) {
+    cur = *sh;
+    uint32_t mask =
+        cur.points | MASK(LULL_RACE_SPAN_RELEASE) | MASK(LULL_RACE_ABANDON) | MASK(LULL_RACE_ADOPT);
+    pthread_t f = start_scenario(mask, seed);
     int round = 0;
-    for (; round < MAX_ROUNDS && (round < MIN_ROUNDS || !hits_reached(mask)); round++) {
+    for (; round < MAX_ROUNDS && (round < cur.min_rounds || !hits_reached(mask)); round++) {
         pthread_t o;
         cr_assert_eq(pthread_create(&o, NULL, short_owner, (void *)(uintptr_t)(round + 1)), 0);
         pthread_join(o, NULL);
+        pthread_t a;
+        cr_assert_eq(pthread_create(&a, NULL, adopter, (void *)((uintptr_t)(round + 1) << 20)), 0);
+        pthread_join(a, NULL);
         while (atomic_load(&hand.phase) != 2)
             sched_yield();
         atomic_store(&hand.phase, 0);
     }
     finish_scenario(f, mask, round);
+}
+
+Test(race, remote_free_racing_the_owners_exit, .init = race_init, .timeout = 120) {
+    racing_the_owners_exit(&span_list, 0x5eed0002);
+}
+
+Test(race, message_racing_the_owners_exit, .init = race_init, .timeout = 120) {
+    racing_the_owners_exit(&messages, 0x5eed0004);
 }
 
 /* ---- a block freed by its owner and by another thread ------------------- */
@@ -264,7 +348,7 @@ static void double_free_child(uint64_t seed, bool owner_first, char *msg, size_t
             free_remotely(block);
             lull_free(block);
         }
-        for (int i = 0; i < 4 * BATCH; i++) /* refills collect the remote list */
+        for (int i = 0; i < 4 * 192; i++) /* refills collect the remote list */
             memset(lull_malloc(BLOCK), 0xab, BLOCK);
         (void)keep;
         _exit(0);

@@ -1,0 +1,50 @@
+/* The sending half of batched remote frees; see outbox.h. */
+#include "src/outbox.h"
+#include "base/race.h"
+#include "src/span.h"
+
+/* Heaps are 64-byte aligned in their chunks: the bits above those pick the
+ * slot, so a thread that frees into a few heaps rarely has two share one. */
+static inline unsigned slot_of(const lull_heap *owner) {
+    return (unsigned)(((uintptr_t)owner >> 6) * 0x9e3779b97f4a7c15ull >> 61);
+}
+
+_Static_assert(LULL_OUTBOX_SLOTS == 8, "slot_of() takes the top 3 bits of the product");
+
+static lull_heap *send(lull_heap *h, unsigned i) {
+    lull_outbox_slot *o = &h->outbox[i];
+    lull_heap *dest = o->dest;
+    LULL_RACE_POINT(LULL_RACE_OUTBOX_SEND);
+    lull_block *old = atomic_load_explicit(&dest->inbox, memory_order_relaxed);
+    do {
+        lull_message_link(o->tail, old);
+        /* release: the owner's exchange sees every link of the message */
+    } while (!atomic_compare_exchange_weak_explicit(&dest->inbox, &old, o->head,
+                                                    memory_order_release, memory_order_relaxed));
+    o->head = o->tail = NULL;
+    o->count = o->bytes = 0;
+    h->outbox_pending &= ~(1u << i);
+    return dest;
+}
+
+lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32_t block_size) {
+    unsigned i = slot_of(owner);
+    lull_outbox_slot *o = &h->outbox[i];
+    lull_heap *sent_to = NULL;
+    if (o->dest != owner) {
+        if (o->count) sent_to = send(h, i);
+        o->dest = owner;
+    }
+    lull_message_link(b, o->head);
+    if (!o->head) o->tail = b;
+    o->head = b;
+    o->bytes += block_size;
+    h->outbox_pending |= 1u << i;
+    if (++o->count >= LULL_OUTBOX_BATCH || o->bytes >= LULL_OUTBOX_BYTES) sent_to = send(h, i);
+    return sent_to;
+}
+
+void lull_outbox_flush(lull_heap *h) {
+    while (h->outbox_pending)
+        send(h, (unsigned)__builtin_ctz(h->outbox_pending));
+}
