@@ -72,7 +72,11 @@ LULL_EXPORT long lull_purge_delay_ms(void);
 LULL_EXPORT bool lull_reclaim_now(void);
 
 /* Give this thread's cached free memory back to its arena (it stays mapped
- * until the reclaim thread purges it). */
+ * until the reclaim thread purges it), and send the frees it made into other
+ * threads' blocks that it still holds (they go out in batches of 64 per
+ * owner thread, or when the thread allocates in a slow path or exits). A
+ * thread that frees other threads' blocks and then idles for long may call
+ * it before it idles. */
 LULL_EXPORT void lull_thread_collect(void);
 
 /* Bind the calling thread's future allocations to a NUMA node (-1: back to

@@ -344,8 +344,10 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
          * destructor gets none, and blocks too small for a message's two
          * words have none: those go on the span's own list at once. */
         if (h == &lull_heap_empty && !lull_heap_thread_done()) {
+            int saved = errno; /* free() leaves errno alone, even when no heap is left */
             h = lull_heap_get_or_create();
             if (!h) h = &lull_heap_empty;
+            errno = saved;
         }
         if (h != &lull_heap_empty && span->block_size >= 2 * sizeof(uintptr_t)) {
             /* the owner exited: its heap's blocks come back now, not a
