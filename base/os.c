@@ -89,6 +89,36 @@ void *lull_os_segment_map(void) {
     return (void *)seg;
 }
 
+void *lull_os_huge_map_aligned(size_t len) {
+    if (lull_fault(LULL_FAULT_MMAP) || len > LULL_MAX_ALLOC + LULL_SEGMENT_SIZE) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    /* the boundaries up to the next one after the block stay unmapped: room
+     * to grow in place (lull_huge_grow_in_place), and no address space or
+     * commit charge */
+    size_t range = align_up(len, LULL_SEGMENT_SIZE);
+    for (int attempt = 0; attempt < 4; attempt++) {
+        uintptr_t hint = atomic_fetch_add(&next_segment_hint, range);
+        void *p = mmap((void *)hint, len, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p == (void *)hint) return p;
+        if (p != MAP_FAILED) {
+            /* an old kernel placed it elsewhere: usable if aligned, else
+             * never touched, never unmapped (as for segments) */
+            if (((uintptr_t)p & LULL_SEGMENT_MASK) == 0) return p;
+            atomic_fetch_add(&lull_os_slack_bytes, len);
+            errno = EEXIST;
+            return NULL;
+        }
+        if (errno != EEXIST) {
+            errno = ENOMEM; /* a limit, which a mapping with slack would not pass either */
+            return NULL;
+        }
+    }
+    return NULL; /* errno EEXIST */
+}
+
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {
     if (lull_fault(LULL_FAULT_MMAP) || len > LULL_MAX_ALLOC + LULL_SEGMENT_SIZE) {
         errno = ENOMEM;

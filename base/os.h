@@ -10,6 +10,11 @@
 void lull_os_init(void);
 /* A new 32 MiB segment at a 32 MiB boundary, zeroed, or NULL (errno ENOMEM). */
 void *lull_os_segment_map(void);
+/* A mapping of exactly len bytes at a 32 MiB boundary, for a huge block
+ * whose header starts it, placed like a segment (the next free boundaries
+ * of the segments' range). NULL with errno EEXIST when that range has no
+ * room (the caller then maps with slack), ENOMEM at a limit. */
+void *lull_os_huge_map_aligned(size_t len);
 /* A mapping of len bytes for a huge block (the caller places its aligned
  * header inside; the slack around it is address space only, never touched).
  * Returns the base, also through *base / *map_len; NULL with errno ENOMEM. */
