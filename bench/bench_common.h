@@ -95,6 +95,16 @@ static inline ssize_t read_proc_file(const char *path, char *buf, size_t cap) {
     return (ssize_t)len;
 }
 
+/* The number after `key` in /proc/self/status ("VmHWM:", "Threads:"; kB
+ * for the memory fields), or -1. */
+static inline double status_field(const char *key) {
+    char buf[4096];
+    if (read_proc_file("/proc/self/status", buf, sizeof buf) <= 0) return -1;
+    const char *s = strstr(buf, key);
+    double v;
+    return s && sscanf(s + strlen(key), "%lf", &v) == 1 ? v : -1;
+}
+
 /* Resident set size of this process in bytes (from /proc/self/statm). */
 static inline uint64_t rss_bytes(void) {
     char buf[256];

@@ -59,14 +59,6 @@ static void make_clean_env(void) {
     clean_env[n] = NULL;
 }
 
-/* The number after `key` in /proc/self/status, or -1. */
-static double status_field(const char *key) {
-    char buf[4096];
-    if (read_proc_file("/proc/self/status", buf, sizeof buf) <= 0) return -1;
-    const char *s = strstr(buf, key);
-    double v;
-    return s && sscanf(s + strlen(key), "%lf", &v) == 1 ? v : -1;
-}
 
 /* RssAnon (resident anonymous memory), in MiB. */
 static double rss_anon_mib(void) {

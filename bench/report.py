@@ -16,11 +16,13 @@ the four peers (glibc, jemalloc, mimalloc, tcmalloc). "Best" means the
 highest for rates (Mops/s, req/s) and the lowest for everything else.
 A variant of lull that ran in a scenario (lull-delay0 in burst) gets a
 column of its own there, and lull a ratio to it. The hardening scenario has
-a table of its own: lull-hard against lull-nohard.
+a table of its own: lull-hard against lull-nohard. The footprint section adds
+the geomean peak RSS over its scenarios per allocator and its own goals.
 Nothing here asserts anything: the goals section only reports.
 """
 import csv
 import glob
+import math
 import os
 import re
 import shutil
@@ -34,7 +36,8 @@ PEERS = ["glibc", "jemalloc", "mimalloc", "tcmalloc"]
 DELAY0 = "lull-delay0"  # same library, LULL_CONF=purge_delay_ms=0 (burst)
 HARD, NOHARD = "lull-hard", "lull-nohard"  # LULL_HARDENING=ON / OFF (hardening)
 VARIANTS = [DELAY0, HARD, NOHARD]
-SCENARIOS = ["stall", "throughput", "callgrind", "latency", "burst", "redis", "hardening", "forkexec"]
+SCENARIOS = ["stall", "throughput", "callgrind", "latency", "burst", "redis", "hardening", "forkexec",
+             "footprint"]
 HIGHER_BETTER = {"Mops/s", "req/s"}
 INFO_UNITS = {"requests", "pairs", "blocks", "%"}
 
@@ -47,7 +50,11 @@ TITLES = {
     "redis": "redis-server",
     "hardening": "Hardening: lull with and without its double-free check (issue #8)",
     "forkexec": "fork + execve(/bin/true) + waitpid from a process with a small heap",
+    "footprint": "Footprint: peak RSS, RSS after idle, pages given back",
 }
+# footprint metrics are <scenario>_<what>; the geomean is computed here
+FOOTPRINT_PEAK = "_peak_rss_mib"
+FOOTPRINT_GEOMEAN = "geomean_peak_rss_mib"
 
 # Goals for lull (from the issues). Reported, never asserted.
 GOALS = [
@@ -73,6 +80,16 @@ GOALS = [
     ("burst", "rss_after_idle_mib", "rss_goal_base", None,
      "RSS after the long idle <= live * 1.05 + 8 MiB (live: rss_base_mib)"),
     ("forkexec", "forkexec_us_median", "<=glibc*", 1.3, "fork+exec+wait median <= 1.3 x glibc (issue 12)"),
+    # footprint suite: the geomean is over the footprint scenarios (see footprint_geomeans)
+    ("footprint", FOOTPRINT_GEOMEAN, "<=glibc*", 1.15, "footprint: geomean peak RSS <= 1.15 x glibc"),
+    ("footprint", FOOTPRINT_GEOMEAN, "<each", ["jemalloc", "mimalloc"],
+     "footprint: geomean peak RSS below jemalloc's and mimalloc's"),
+    ("footprint", FOOTPRINT_PEAK, "worst<=best_peer*", 1.5,
+     "footprint: no scenario's peak RSS above 1.5 x the best peer"),
+    ("footprint", "survivors_mid_returned_pct", ">=", 90,
+     "footprint: returned_pct >= 90 % (4-32 KiB blocks, survivors_mid)"),
+    ("footprint", "survivors_small_returned_pct", ">=", 80,
+     "footprint: returned_pct >= 80 % (16-1024 B blocks, survivors_small)"),
 ]
 
 COLORS = {"glibc": "#444444", "jemalloc": "#1f77b4", "mimalloc": "#2ca02c",
@@ -144,14 +161,69 @@ def medians(data):
     return med
 
 
+def metric_kind(sc, metric, unit):
+    """"higher" or "lower" (which is better), or "info" (neither)."""
+    if sc == "footprint":
+        # the share of the free pages given back; what the program holds
+        # (the same for every allocator) and what could be given back
+        if metric.endswith("_returned_pct"):
+            return "higher"
+        if metric.endswith(("_live_mib", "_returnable_mib")):
+            return "info"
+    if unit in INFO_UNITS:
+        return "info"
+    return "higher" if unit in HIGHER_BETTER else "lower"
+
+
 def best_peer(med, sc, metric, unit):
     vals = [(a, med.get((sc, metric, a))) for a in PEERS]
     vals = [(a, v) for a, v in vals if v is not None]
-    if not vals or unit in INFO_UNITS:
+    kind = metric_kind(sc, metric, unit)
+    if not vals or kind == "info":
         return None, None
-    if unit in HIGHER_BETTER:
+    if kind == "higher":
         return max(vals, key=lambda x: x[1])
     return min(vals, key=lambda x: x[1])
+
+
+def footprint_scenarios(med):
+    """The footprint scenarios that reported a peak, in the order of the CSV."""
+    names = [m[:-len(FOOTPRINT_PEAK)] for (sc, m, _a) in med if sc == "footprint" and m.endswith(FOOTPRINT_PEAK)]
+    return list(dict.fromkeys(names))
+
+
+def footprint_geomeans(med):
+    """Per allocator, the geometric mean of the median peak RSS over the
+    footprint scenarios that every allocator with footprint figures has (so
+    that the means compare the same scenarios); and those scenarios."""
+    scs = footprint_scenarios(med)
+    allocs = [a for a in ALLOCS if any(med.get(("footprint", s + FOOTPRINT_PEAK, a)) for s in scs)]
+    common = [s for s in scs if all((med.get(("footprint", s + FOOTPRINT_PEAK, a)) or 0) > 0 for a in allocs)]
+    means = {}
+    if not common:
+        return means, common
+    for a in allocs:
+        logs = [math.log(med[("footprint", s + FOOTPRINT_PEAK, a)]) for s in common]
+        means[a] = math.exp(sum(logs) / len(logs))
+    return means, common
+
+
+def footprint_worst_row(med, text, target):
+    """The goal row of "no scenario above target x the best peer": lull's
+    worst peak RSS against the best peer's, over the footprint scenarios."""
+    worst = None
+    for s in footprint_scenarios(med):
+        metric = s + FOOTPRINT_PEAK
+        lv = med.get(("footprint", metric, "lull"))
+        bp, bv = best_peer(med, "footprint", metric, "MiB")
+        r = ratio(lv, bv)
+        if r is not None and (worst is None or r > worst[0]):
+            worst = (r, s, lv, bp, bv)
+    if worst is None:
+        return text, "-", "-", "not measured"
+    r, s, lv, bp, bv = worst
+    return (text, f"worst {fmt_ratio(r)}: {s} ({fmt(lv)} MiB, {bp} {fmt(bv)} MiB)",
+            f"<= {target:g}x the best peer", "met" if r <= target else "not met")
 
 
 def expand_goals(data):
@@ -172,17 +244,37 @@ def expand_goals(data):
 
 def goal_rows(med, status, data):
     data_units = {(sc, name): m["unit"] for sc, ms in data.items() for name, m in ms.items()}
+    data_units[("footprint", FOOTPRINT_GEOMEAN)] = "MiB"
+    # the footprint geomeans, as if they were medians of a metric (a copy)
+    med = dict(med)
+    for a, v in footprint_geomeans(med)[0].items():
+        med[("footprint", FOOTPRINT_GEOMEAN, a)] = v
     rows = []
     lull_ok = status.get("lull", ("missing",))[0] == "ok"
     for sc, metric, op, target, text in expand_goals(data):
+        if lull_ok and op == "worst<=best_peer*":
+            rows.append(footprint_worst_row(med, text, target))
+            continue
         v = med.get((sc, metric, "lull"))
         unit = data_units.get((sc, metric), "")
+        # the geomeans are compared against 1.15x: one decimal, so that a
+        # miss by less than the rounding still shows
+        num = (lambda x: f"{x:,.1f}") if metric == FOOTPRINT_GEOMEAN else fmt
         if not lull_ok or v is None:
             rows.append((text, "-", "-", "lull missing" if not lull_ok else "not measured"))
             continue
         target_text = None  # the target column, when not "<= goal"
         if op == "<=":
             goal, met = target, v <= target
+        elif op == ">=":
+            goal, met = target, v >= target
+            target_text = f">= {num(goal)} {unit}"
+        elif op == "<each":
+            # strictly below each of the allocators listed in target
+            refs = [(a, med.get((sc, metric, a))) for a in target]
+            goal = None
+            met = None if any(r is None for _, r in refs) else all(v < r for _, r in refs)
+            target_text = ", ".join(f"< {num(r)} {unit} ({a})" for a, r in refs if r is not None) or "-"
         elif op in ("rss_goal", "rss_goal_base"):
             # live: stall's rss_live_mib; burst: the RSS before the first burst
             live = med.get((sc, "rss_live_mib" if op == "rss_goal" else "rss_base_mib", "lull"))
@@ -192,13 +284,13 @@ def goal_rows(med, status, data):
             # strictly fewer than the lowest peer
             bp, goal = best_peer(med, sc, metric, unit)
             met = None if goal is None else v < goal
-            target_text = f"< {fmt(goal)} {unit} ({bp})" if goal is not None else None
+            target_text = f"< {num(goal)} {unit} ({bp})" if goal is not None else None
         elif op == "<=delay0*":
             ref = med.get((sc, metric, DELAY0))
             goal = None if ref is None else ref * target
             met = None if goal is None else v <= goal
             if goal is not None:
-                target_text = f"{fmt(goal)} {unit} ({target:g} x {fmt(ref)})"
+                target_text = f"{num(goal)} {unit} ({target:g} x {num(ref)})"
         else:
             ref_alloc = "mimalloc" if "mimalloc" in op else "glibc"
             ref = med.get((sc, metric, ref_alloc))
@@ -210,8 +302,8 @@ def goal_rows(med, status, data):
             else:
                 met = v <= goal
         if target_text is None:
-            target_text = f"{fmt(goal)} {unit}" if goal is not None else "-"
-        rows.append((text, f"{fmt(v)} {unit}", target_text,
+            target_text = f"{num(goal)} {unit}" if goal is not None else "-"
+        rows.append((text, f"{num(v)} {unit}", target_text,
                      "met" if met else ("n/a" if met is None else "not met")))
     return rows
 
@@ -278,6 +370,8 @@ def write_md(out, status, data, med):
         w("")
         if sc == "burst":
             write_burst_notes(w, out, extra)
+        if sc == "footprint":
+            write_footprint_notes(w, out, med)
         for png in PLOTS_BY_SCENARIO.get(sc, []):
             if os.path.exists(os.path.join(out, png)):
                 w(f"![{png}]({png})")
@@ -328,6 +422,46 @@ def write_burst_notes(w, out, extra):
         log = os.path.join(out, "raw", f"burst_{a}_r1.log")
         for said in info_lines(log, "INFO burst lull_at_end "):
             w(f"- {a} (run 1), lull's counter page at the end: `{said}`")
+    w("")
+
+
+def write_footprint_notes(w, out, med):
+    """The geomean peak RSS per allocator, what the figures are, and each
+    scenario's configuration as the program printed it (run 1)."""
+    means, common = footprint_geomeans(med)
+    if means:
+        g = means.get("glibc")
+        parts = []
+        for a, v in means.items():
+            rel = f" ({ratio(v, g):.3f}x glibc)" if g and a != "glibc" else ""
+            parts.append(f"{a} {v:,.1f} MiB{rel}")
+        w(f"**Geomean peak RSS** over the {len(common)} footprint scenarios: " + "; ".join(parts) + ".")
+        w("")
+    long_idle = peak_reset = None  # as the programs said it (run 1)
+    for log in sorted(glob.glob(os.path.join(out, "raw", "footprint-*_r1.log"))):
+        for said in info_lines(log, "INFO footprint idle "):
+            m = re.search(r"long=(\d+) ms", said)
+            if m and int(m.group(1)) > 0 and long_idle is None:
+                long_idle = f"{int(m.group(1)) / 1000:g} s"
+        for said in info_lines(log, "INFO footprint peak_reset "):
+            peak_reset = peak_reset or said
+    w("One process per scenario. `peak_rss_mib`: VmHWM over the measured part (the workload and the frees "
+      "that end it), reset at its start through `/proc/self/clear_refs`"
+      + (f" (but here: {peak_reset})" if peak_reset and not peak_reset.startswith("clear_refs") else "")
+      + "; `rss_idle_mib`: RSS 1.2 s after it; "
+      "`rss_idle_long_mib`: after the long idle"
+      + (f" ({long_idle})" if long_idle else "") + "; `live_mib`: the bytes the program still holds (what it "
+      "asked malloc for); `idle_rss_per_live`: RSS after the last idle / live; `time_s`: wall clock of the "
+      "measured part. `returnable_mib`: the 4 KiB pages the blocks at the peak overlapped that no "
+      "surviving block overlaps (from the blocks' addresses, so per allocator); `returned_pct`: (peak RSS "
+      "- RSS after the long idle) / returnable, clipped to 0-100. RSS includes the program and its own "
+      "arrays (`INFO footprint base_rss_mib` in the logs).")
+    w("")
+    for s in footprint_scenarios(med):
+        logs = sorted(glob.glob(os.path.join(out, "raw", f"footprint-{s}_*_r1.log")))
+        said = info_lines(logs[0], "INFO footprint config ") if logs else []
+        if said:
+            w(f"- `{s}`: {said[0]}")
     w("")
 
 
@@ -386,6 +520,7 @@ PLOTS_BY_SCENARIO = {
     "throughput": ["throughput.png"],
     "latency": ["latency_cdf.png", "latency_rss.png"],
     "burst": ["burst_faults.png", "burst_rss.png"],
+    "footprint": ["footprint.png"],
 }
 
 
@@ -404,7 +539,7 @@ def gp_lines(out, pattern, using, title_suffix="", style="lines lw 2"):
     return parts
 
 
-def bars(out, med, sc, metrics, labels, fname, ylabel, logscale):
+def bars(out, med, sc, metrics, labels, fname, ylabel, logscale, ymin=0.1):
     present = [a for a in ALLOCS if any(med.get((sc, m, a)) is not None for m in metrics)]
     if not present:
         return None
@@ -418,7 +553,7 @@ def bars(out, med, sc, metrics, labels, fname, ylabel, logscale):
                 if v is None:
                     v = "NaN"
                 elif logscale:
-                    v = max(v, 0.1)
+                    v = max(v, ymin)
                 vals.append(str(v))
             f.write(f"\"{lab}\"," + ",".join(vals) + "\n")
     cols = ", ".join(
@@ -431,7 +566,7 @@ set style fill solid 0.9 border -1
 set key top left
 set ylabel '{ylabel}'
 {'set logscale y' if logscale else 'unset logscale y'}
-set yrange [{'0.1' if logscale else '0'}:*]
+set yrange [{ymin if logscale else '0'}:*]
 set grid ytics
 plot {cols}
 unset logscale
@@ -461,6 +596,14 @@ def plots(out, med):
     if s:
         gp.append("set title 'Throughput (median of runs; higher is better)'")
         gp.append(s)
+    fscs = footprint_scenarios(med)
+    s = bars(out, med, "footprint", [f + FOOTPRINT_PEAK for f in fscs], fscs, "footprint",
+             "peak RSS (MiB, log)", True, ymin=1)
+    if s:
+        gp.append("set title 'Footprint: peak RSS per scenario (median of runs; lower is better)'")
+        gp.append("set xtics rotate by -25")  # the scenario names are long
+        gp.append(s)
+        gp.append("set xtics norotate")
     lat = gp_lines(out, "latency_cdf_{a}_r1.csv", "1:((1-$2) > 0 ? 1-$2 : 1/0)")
     if lat:
         gp.append(f"""

@@ -5,9 +5,10 @@
 #                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
 #
 # Scenarios: stall throughput callgrind latency burst redis hardening
-# forkexec hugeoverload (default: all). Allocators: glibc jemalloc mimalloc tcmalloc lull (default:
-# all). lull is build/liblull.so under the repository root, or $LULL_SO; when
-# it is not there its rows say "missing" and the run goes on. With lull, burst
+# forkexec hugeoverload footprint (default: all). Allocators: glibc jemalloc
+# mimalloc tcmalloc lull (default: all). lull is build/liblull.so under the
+# repository root, or $LULL_SO; when it is not there its rows say "missing"
+# and the run goes on. With lull, burst
 # also runs lull-delay0 (the same library, LULL_CONF=purge_delay_ms=0), and
 # hardening builds lull with LULL_HARDENING=ON and OFF (from one copy of the
 # working tree, whatever $LULL_SO is) into build/bench-hard and
@@ -19,7 +20,9 @@
 # --quick: 1 run with small sizes). Within a repetition every allocator runs
 # once, in an order rotated from one repetition to the next. callgrind runs
 # once (its counts are exact); redis runs --redis-runs times (default 3,
-# --quick 1); the syscall-counting pass of stall runs once.
+# --quick 1); the syscall-counting pass of stall runs once. footprint runs
+# each of bench_footprint's scenarios in a process of its own (~45 s per
+# allocator and run, most of it idle: the RSS after 1.2 s and after 10 s).
 #
 # Writes bench/results/<date>/ (or --out): <scenario>.csv with every run,
 # summary.csv (medians), results.md (tables with ratios to glibc and to the
@@ -29,7 +32,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload)
+SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload footprint)
 runs=
 redis_runs=
 quick=0
@@ -52,7 +55,7 @@ while [ $# -gt 0 ]; do
     --out=*) out=${1#*=} ;;
     --no-build-lull) build_lull=0 ;;
     -h | --help)
-        sed -n '2,28p' "$0"
+        sed -n '2,31p' "$0"
         exit 0
         ;;
     *) die "unknown argument $1 (see --help)" ;;
@@ -204,6 +207,20 @@ for sc in "${selected[@]}"; do
         hs=${HUGE_OVERLOAD_SECONDS:-$([ $quick = 1 ] && echo 3 || echo 20)}
         run_interleaved hugeoverload huge_overload $((hs + 120)) "$(bench_bin huge_overload)" \
             --seconds "$hs"
+        ;;
+    footprint)
+        # one process per footprint scenario (the program lists them), so
+        # that neither the heap nor the peak RSS of one carries into the next
+        mapfile -t fscs < <("$(bench_bin footprint)" --list)
+        [ ${#fscs[@]} -gt 0 ] || die "bench_footprint --list gave no scenario"
+        for ((r = 1; r <= runs; r++)); do
+            for a in $(rotated $r); do
+                for f in "${fscs[@]}"; do
+                    run_one footprint "$a" $r "footprint-$f" 120 preload \
+                        "$(bench_bin footprint)" --scenario "$f" "${q[@]}"
+                done
+            done
+        done
         ;;
     callgrind)
         for a in "${avail[@]}"; do
