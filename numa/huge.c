@@ -90,7 +90,10 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     h->map_base = base;
     h->map_len = map_len;
     h->size = size;
-    h->usable = (size_t)((char *)base + map_len - ((char *)h + offset));
+    /* the block's pages, not the mapping's end: a fallback mapping's slack
+     * after the block is address space only, and the cache's fit rule
+     * compares this room with the sizes asked for */
+    h->usable = need - offset;
     h->block_offset = (uint32_t)offset;
     h->node = node;
     atomic_store_explicit(&h->freed, 0, memory_order_relaxed);
@@ -98,7 +101,7 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     ACCT_ADD(mapped, map_len);
     ACCT_ADD(live, h->usable);
     ACCT_ADD(metadata, offset);
-    ACCT_ADD(slack, (uint64_t)((char *)h - (char *)base));
+    ACCT_ADD(slack, map_len - offset - h->usable); /* before the header and after the block */
     lull_segment_map_set((uintptr_t)h, true);
     if (offset == LULL_SEGMENT_SIZE)
         lull_map_set(lull_aligned_huge_map, (uintptr_t)h + offset, true);
@@ -111,7 +114,7 @@ void lull_huge_unmap(lull_huge *h) {
     size_t len = h->map_len;
     lull_huge_accounting *a = acct_of(h);
     ACCT_SUB(freed, h->usable + h->block_offset);
-    ACCT_SUB(slack, (uint64_t)((char *)h - (char *)base));
+    ACCT_SUB(slack, len - h->block_offset - h->usable);
     ACCT_SUB(mapped, len);
     lull_segment_map_set((uintptr_t)h, false);
     if (h->block_offset == LULL_SEGMENT_SIZE)
@@ -143,22 +146,30 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
      * size near SIZE_MAX and seem to fit; the caller's malloc then fails
      * with ENOMEM and the block stays as it is */
     if (size > LULL_MAX_ALLOC) return false;
-    size_t need = (size_t)h->block_offset + size;
+    size_t pages = (size + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1);
+    size_t need = (size_t)h->block_offset + pages;
     size_t have = (size_t)((char *)h->map_base + h->map_len - (char *)h);
-    if (need <= have) return true;
-    /* map the missing tail right after the mapping: an mmap, not an mremap,
-     * so the request thread makes no call that the reclaim thread owns;
-     * anonymous neighbours with the same flags merge into one VMA */
-    size_t extra = (need - have + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
-    if (lull_fault(LULL_FAULT_MMAP)) return false;
-    char *end = (char *)h->map_base + h->map_len;
-    void *p = mmap(end, extra, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (p != end) return false; /* EEXIST: something lives there; the caller copies */
     lull_huge_accounting *a = acct_of(h);
-    ACCT_ADD(mapped, extra);
-    ACCT_ADD(live, extra);
-    h->map_len += extra;
-    h->usable += extra;
+    if (need > have) {
+        /* map the missing tail right after the mapping: an mmap, not an
+         * mremap, so the request thread makes no call that the reclaim
+         * thread owns; anonymous neighbours with the same flags merge into
+         * one VMA */
+        size_t extra = (need - have + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+        if (lull_fault(LULL_FAULT_MMAP)) return false;
+        char *end = (char *)h->map_base + h->map_len;
+        void *p = mmap(end, extra, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p != end) return false; /* EEXIST: something lives there; the caller copies */
+        ACCT_ADD(mapped, extra);
+        ACCT_ADD(slack, extra);
+        h->map_len += extra;
+    }
+    /* the block grows into the room after it (slack until now) */
+    if (pages > h->usable) {
+        ACCT_SUB(slack, pages - h->usable);
+        ACCT_ADD(live, pages - h->usable);
+        h->usable = pages;
+    }
     return true;
 }

@@ -12,6 +12,11 @@ static _Atomic uint64_t slots[LULL_HUGE_CACHE_SLOTS];
  * time is then a little later, never earlier, than the entry's); the
  * reclaim thread reads it after it has seen the word. */
 static _Atomic uint32_t freed_ms[LULL_HUGE_CACHE_SLOTS];
+/* Huge mallocs that found no mapping that fits, and their count when each
+ * entry was cached (written with freed_ms, read the same way): an entry
+ * that a later malloc passed over is not what mallocs ask for now. */
+static _Atomic uint32_t misses;
+static _Atomic uint32_t misses_at_put[LULL_HUGE_CACHE_SLOTS];
 /* map_len of the cached mappings: reserved before an entry goes in,
  * released after it came out, so it is never below what the slots hold. */
 static _Atomic uint64_t cached_bytes;
@@ -44,6 +49,7 @@ bool lull_huge_cache_put(lull_huge *h, uint32_t now_ms) {
         uint64_t expected = atomic_load_explicit(&slots[i], memory_order_relaxed);
         if (expected) continue;
         atomic_store_explicit(&freed_ms[i], now_ms, memory_order_relaxed);
+        atomic_store_explicit(&misses_at_put[i], atomic_load(&misses), memory_order_relaxed);
         if (atomic_compare_exchange_strong_explicit(&slots[i], &expected, w, memory_order_release,
                                                     memory_order_relaxed))
             return true;
@@ -99,6 +105,7 @@ lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed) {
     h = lull_huge_queue_take(size, node,
                              __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED));
     if (h) *zeroed = false; /* never purged: the reclaim thread purges only what it owns */
+    if (!h) atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
     return h;
 }
 
@@ -157,6 +164,19 @@ bool lull_huge_cache_claim_purge(unsigned i, const lull_huge_cache_entry *e,
     /* a DIRTY entry's purge waits for its age; a LAZY one is re-purged
      * when the caller decides */
     return hold_if_old(i, e, freed_before_ms, e->state == LULL_HC_DIRTY);
+}
+
+bool lull_huge_cache_claim_passed_over(unsigned i, const lull_huge_cache_entry *e) {
+    uint32_t now = atomic_load_explicit(&misses, memory_order_relaxed);
+    if (e->state != LULL_HC_DIRTY ||
+        atomic_load_explicit(&misses_at_put[i], memory_order_relaxed) == now)
+        return false;
+    if (!hold_if_old(i, e, 0, false)) return false;
+    /* held: the count is the entry's own now (a putter of the same word,
+     * freed again, wrote a new count before it filled the slot) */
+    if (atomic_load_explicit(&misses_at_put[i], memory_order_relaxed) != now) return true;
+    atomic_store_explicit(&slots[i], e->word, memory_order_release);
+    return false;
 }
 
 void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, int state) {

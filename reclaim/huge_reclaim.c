@@ -118,14 +118,17 @@ static bool purge_cached(struct purge_backend *b, uint32_t now, long delay, int 
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         if (!lull_huge_cache_peek(i, &e)) continue;
         int how;
+        bool claimed = false;
         if (e.state == LULL_HC_DIRTY && (int32_t)(freed_before - e.freed_ms) >= 0)
             how = advice;
         else if (e.state == LULL_HC_LAZY &&
                  (int32_t)(now - lazy_since_ms[i]) >= LULL_POLICY_LAZY_MAX_MS)
             how = MADV_DONTNEED; /* as slices: MADV_FREE'd memory goes for good in the end */
+        else if ((claimed = lull_huge_cache_claim_passed_over(i, &e)))
+            how = MADV_DONTNEED; /* at once and for good: MADV_FREE'd pages stay in RSS */
         else
             continue;
-        if (!lull_huge_cache_claim_purge(i, &e, freed_before)) continue;
+        if (!claimed && !lull_huge_cache_claim_purge(i, &e, freed_before)) continue;
         work = true;
         bool ok = purge_mapping(b, e.h, how);
         int state = !ok ? LULL_HC_DIRTY : how == MADV_FREE ? LULL_HC_LAZY : LULL_HC_CLEAN;

@@ -20,6 +20,7 @@
 #include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_reclaim.h"
+#include "reclaim/huge_word.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/refault.h"
@@ -388,8 +389,8 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
         list = h->next;
         size_t room = (size_t)((char *)h->map_base + h->map_len - ((char *)h + h->block_offset));
         int h_node = h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0;
-        if (!found && h->block_offset == LULL_SLICE_SIZE && h_node == node && room >= size &&
-            room / 2 <= size)
+        if (!found && h->block_offset == LULL_SLICE_SIZE && h_node == node &&
+            lull_huge_fits(room, size))
             found = h;
         else
             lull_huge_queue_push(h);
