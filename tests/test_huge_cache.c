@@ -248,6 +248,31 @@ Test(huge_cache, a_mapping_made_for_a_size_fits_that_size_again, .init = setup) 
     fits_again(24 * MiB);
 }
 
+/* A cached mapping that a huge malloc passed over (too large for it by more
+ * than an eighth) is purged at the next tick, not after the purge delay
+ * (ten minutes here): the sizes asked for moved on, and its pages would
+ * stay resident beside the new block. The new block is not given it. */
+Test(huge_cache, a_mapping_passed_over_is_purged_at_the_next_tick, .init = setup) {
+    lull_set_purge_delay_ms(600000);
+    char *p = lull_malloc(SIZE);
+    cr_assert_not_null(p);
+    fill(p, SIZE, 7);
+    lull_free(p);
+    lull_huge_cache_entry e;
+    cr_assert_geq(slot_of(p, &e), 0, "the freed mapping was not cached");
+    cr_assert_eq(e.state, LULL_HC_DIRTY);
+    char *q = lull_malloc(SIZE / 2);
+    cr_assert_not_null(q);
+    cr_assert_neq(header_of(q), header_of(p), "a %zu MiB mapping was given to a %zu MiB block",
+                  SIZE >> 20, (SIZE / 2) >> 20);
+    cr_assert(lull_reclaim_now());
+    cr_assert(lull_reclaim_now());
+    cr_assert_geq(slot_of(p, &e), 0, "the passed-over mapping left the cache");
+    cr_assert_eq(e.state, LULL_HC_CLEAN, "state %d: not purged at once", e.state);
+    lull_free(q);
+    lull_set_purge_delay_ms(-1);
+}
+
 /* A huge block takes its own size of address space (and of commit charge,
  * which strict overcommit counts the same way for private writable
  * mappings): under an RLIMIT_AS of 400 MiB above what the process has, at
