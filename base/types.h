@@ -75,7 +75,9 @@ typedef struct lull_span {
         size_t requested;   /* large: bytes asked for (accounting) */
         uint64_t div_magic; /* small: ceil(2^64 / block_size), see lull_block_misaligned */
     };
-    uint32_t start_off; /* small: offset of the span's first byte in its segment */
+    /* small: the address of the span's first byte times div_magic (mod
+     * 2^64), so that lull_block_misaligned needs no offset in the segment */
+    uint64_t start_magic;
     uint32_t block_size;
     uint32_t capacity;     /* blocks that fit in the span */
     uint32_t block_offset; /* large: offset of the block in the span (alignment) */

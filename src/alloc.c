@@ -63,7 +63,7 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     s->kept = 0;
     s->block_offset = 0;
     s->div_magic = ci->div_magic;
-    s->start_off = (uint32_t)(lull_span_start(s) - (uint8_t *)lull_segment_of(s));
+    s->start_magic = (uint64_t)(uintptr_t)lull_span_start(s) * ci->div_magic;
     s->remote_next = NULL;
     atomic_store_explicit(&s->thread_free, 0, memory_order_relaxed);
     atomic_store_explicit(&s->remote_suspect, 0, memory_order_relaxed);
@@ -190,8 +190,7 @@ static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
     return alloc_in_heap(h, size, alignment, zeroed);
 }
 
-void *lull_malloc_slow(lull_heap *h, size_t size) {
-    (void)h;
+void *lull_malloc_slow(size_t size) {
     bool zeroed;
     if (size > LULL_MAX_ALLOC) {
         errno = ENOMEM;

@@ -71,10 +71,12 @@ static inline size_t lull_span_bytes(const lull_span *span) {
 /* True when p is not the start of a block of the small span: its offset in
  * the span is not a multiple of the block size. Lemire's divisibility test
  * (n % d == 0 exactly when n * ceil(2^64 / d) mod 2^64 < ceil(2^64 / d), for
- * n < 2^32): one multiply and no division, and no load of the block. */
+ * n < 2^32): one multiply and no division, and no load of the block. The
+ * offset n = p - start is never formed: n * magic = p * magic - start *
+ * magic (mod 2^64), and the descriptor keeps start * magic (one instruction
+ * fewer than masking p and subtracting the span's offset). */
 static inline bool lull_block_misaligned(const lull_span *span, const void *p) {
-    uint32_t off = (uint32_t)((uintptr_t)p & LULL_SEGMENT_MASK) - span->start_off;
-    return (uint64_t)off * span->div_magic >= span->div_magic;
+    return (uint64_t)(uintptr_t)p * span->div_magic - span->start_magic >= span->div_magic;
 }
 
 /* A block in a remote-free message (src/outbox.c). Its first word links to
