@@ -74,7 +74,7 @@ LULL_EXPORT bool lull_reclaim_now(void);
 /* Give this thread's cached free memory back to its arena (it stays mapped
  * until the reclaim thread purges it), and send the frees it made into other
  * threads' blocks that it still holds (they go out in batches of 64 per
- * owner thread, or when the thread allocates in a slow path or exits). A
+ * owner thread, or when the thread takes a new span or exits). A
  * thread that frees other threads' blocks and then idles for long may call
  * it before it idles. */
 LULL_EXPORT void lull_thread_collect(void);

@@ -48,6 +48,11 @@ static void follow_home_node(lull_heap *h) {
 
 static lull_span *span_new(lull_heap *h, unsigned c) {
     const lull_class_info *ci = &lull_classes[c];
+    /* the thread's own held remote frees go out when it takes memory, so
+     * that a thread that allocates now and then holds none for long. Not
+     * at every refill: sending part-full messages there cost larson-live
+     * 15 % (31 against 37 Mops/s) */
+    if (h->outbox_pending) lull_outbox_flush(h);
     follow_home_node(h);
     bool zeroed;
     lull_span *s = lull_arena_alloc_span(h->arena, ci->span_slices, &zeroed);
@@ -75,9 +80,6 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
 
 /* Find a span of class c with a free block and make it current. */
 static lull_span *class_refill(lull_heap *h, unsigned c) {
-    /* the thread's own remote frees go out at its slow paths too, so that a
-     * thread that allocates now and then holds none for long */
-    if (h->outbox_pending) lull_outbox_flush(h);
     lull_heap_collect_remote(h);
     lull_span_queue *q = &h->queue[c];
     for (lull_span *s = q->head, *next; s; s = next) {

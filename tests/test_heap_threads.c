@@ -407,7 +407,7 @@ Test(heap_threads, a_full_message_reaches_the_owner_without_the_freers_help) {
 }
 
 /* One free short of a message waits in the freer's outbox (that is the
- * batching) until the freer collects, refills or exits. */
+ * batching) until the freer collects, takes a new span or exits. */
 Test(heap_threads, a_partial_message_waits_until_the_freer_sends_it) {
     lull_size_classes_init();
     run_message(LULL_OUTBOX_BATCH - 1);
