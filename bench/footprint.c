@@ -65,7 +65,9 @@
  * --quick shrinks the sizes and counts (CI smoke) and the long idle to 2 s.
  */
 #include "bench_common.h"
+#include "lull/counters.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -142,8 +144,73 @@ static struct {
     uint64_t live_bytes;
 } meas;
 
+/* ---- where lull's memory is (only when lull is the allocator) ------------- */
+
+/* lull's own accounting (include/lull/counters.h), sampled every few ms
+ * through the measured part by a thread that allocates nothing: the sample
+ * with the most resident bytes (mapped - purged) is printed as INFO
+ * footprint lull_at_peak, and one more after the idle, so that each
+ * scenario's peak can be split into live blocks, size-class rounding, free
+ * blocks inside spans, free slices not yet purged, the warm reserve,
+ * metadata and the huge cache (issue 14, item 6). */
+typedef int (*lull_stats_fn)(struct lull_counters *);
+static struct {
+    lull_stats_fn stats;
+    pthread_t thread;
+    _Atomic int stop;
+    struct lull_counters now, peak;
+} lullacct;
+
+static double acct_resident(const struct lull_counters *c) {
+    return (double)(c->total.mapped - c->total.purged);
+}
+
+static void acct_print(const char *when, const struct lull_counters *c) {
+    const struct lull_counters_accounting *t = &c->total;
+    uint64_t huge_cache = 0;
+    for (uint64_t i = 0; i < c->node_count && i < LULL_COUNTERS_MAX_NODES; i++)
+        huge_cache += c->nodes[i].huge_cache_bytes;
+    printf("INFO %s lull_%s resident_mib %.1f live %.1f rounding %.1f span_free %.1f dirty %.1f "
+           "purging %.1f warm %.1f metadata %.1f huge_cache %.1f\n",
+           SC, when, acct_resident(c) / BENCH_MIB, (double)t->live / BENCH_MIB,
+           (double)t->rounding / BENCH_MIB, (double)t->span_free / BENCH_MIB,
+           (double)t->dirty / BENCH_MIB, (double)t->purging / BENCH_MIB,
+           (double)t->warm / BENCH_MIB, (double)t->metadata / BENCH_MIB,
+           (double)huge_cache / BENCH_MIB);
+}
+
+static void *acct_sampler(void *arg) {
+    (void)arg;
+    while (!atomic_load(&lullacct.stop)) {
+        if (lullacct.stats(&lullacct.now) == 0 && acct_resident(&lullacct.now) > acct_resident(&lullacct.peak))
+            lullacct.peak = lullacct.now;
+        sleep_ms(5);
+    }
+    return NULL;
+}
+
+static void acct_start(void) {
+    lullacct.stats = (lull_stats_fn)dlsym(RTLD_DEFAULT, "lull_stats");
+    if (!lullacct.stats) return;
+    memset(&lullacct.peak, 0, sizeof lullacct.peak);
+    atomic_store(&lullacct.stop, 0);
+    if (pthread_create(&lullacct.thread, NULL, acct_sampler, NULL) != 0) lullacct.stats = NULL;
+}
+
+static void acct_stop(void) {
+    if (!lullacct.stats) return;
+    atomic_store(&lullacct.stop, 1);
+    pthread_join(lullacct.thread, NULL);
+    acct_print("at_peak", &lullacct.peak);
+}
+
+static void acct_after_idle(void) {
+    if (lullacct.stats && lullacct.stats(&lullacct.now) == 0) acct_print("after_idle", &lullacct.now);
+}
+
 /* Called by each scenario once its own arrays are ready. */
 static void measure_begin(void) {
+    acct_start();
     meas.peak_reset = reset_peak_rss();
     meas.base_rss_mib = rss_mib();
     meas.t0 = now_ns();
@@ -152,6 +219,7 @@ static void measure_begin(void) {
 /* Called after the frees that end the workload; live_bytes: what it keeps. */
 static void measure_end(uint64_t live_bytes) {
     meas.t1 = now_ns();
+    acct_stop();
     double hwm_kib = status_field("VmHWM:");
     meas.peak_rss_mib = hwm_kib < 0 ? peak_rss_mib() : hwm_kib / 1024.0;
     meas.end_rss_mib = rss_mib();
@@ -871,6 +939,7 @@ static void idle_and_report(const struct scenario *s) {
         idle = rss_after_idle(cfg.long_idle_ms);
         scenario_result(s, "rss_idle_long_mib", idle, "MiB");
     }
+    acct_after_idle();
     double live = (double)meas.live_bytes / BENCH_MIB;
     scenario_result(s, "live_mib", live, "MiB");
     if (live >= 1) scenario_result(s, "idle_rss_per_live", idle / live, "x");
