@@ -355,7 +355,15 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
              * reclaim tick later (a chain of threads, each freeing what the
              * last one made) */
             lull_heap *sent_to = lull_outbox_put(h, owner, b, span->block_size);
-            if (sent_to) lull_heap_collect_if_abandoned(sent_to);
+            if (sent_to) {
+                lull_heap_collect_if_abandoned(sent_to);
+                /* and what others sent this thread: one that frees but no
+                 * longer allocates (a thread that handed its blocks to a
+                 * pool, then frees what the pool gives back) would
+                 * otherwise hold them until it does. Once a message, and
+                 * no heap update is under way here. */
+                lull_heap_collect_remote(h);
+            }
         } else
             remote_free(b, span, owner);
         /* no heap update is under way here: a deferred reclaim thread that

@@ -414,3 +414,49 @@ Test(heap_threads, a_partial_message_waits_until_the_freer_sends_it) {
     cr_assert_eq(msg_used[1], msg_used[0], "frees came back before the freer sent them");
     cr_assert_eq(msg_used[2], msg_used[0] - (LULL_OUTBOX_BATCH - 1));
 }
+
+/* A thread that no longer allocates but frees other threads' blocks gets
+ * back, at its next send, what others sent it: the owner here hands its
+ * blocks to a freer and then only frees the freer's blocks (a thread that
+ * handed its work to a pool). Before, the owner's inbox waited for a refill
+ * that never came: in bench/footprint's pool_larson, 26 MiB of freed blocks
+ * stayed counted live in the main thread's inbox after the pool exited. */
+static pthread_barrier_t back_bar;
+static void *back_mine[LULL_OUTBOX_BATCH], *back_theirs[LULL_OUTBOX_BATCH];
+static lull_span *back_span;
+static uint32_t back_used[2];
+
+static void *back_owner(void *arg) {
+    (void)arg;
+    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++)
+        back_mine[i] = lull_malloc(MSG_SIZE);
+    void *keep = lull_malloc(MSG_SIZE);
+    back_span = lull_span_of(lull_segment_of(back_mine[0]), back_mine[0]);
+    pthread_barrier_wait(&back_bar); /* the freer frees back_mine: a full message */
+    pthread_barrier_wait(&back_bar);
+    back_used[0] = lull_span_used(back_span);
+    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++) /* one full message of its own */
+        lull_free(back_theirs[i]);
+    back_used[1] = lull_span_used(back_span);
+    lull_free(keep);
+    return NULL;
+}
+
+static void *back_freer(void *arg) {
+    (void)arg;
+    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++)
+        back_theirs[i] = lull_malloc(MSG_SIZE);
+    pthread_barrier_wait(&back_bar);
+    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++)
+        lull_free(back_mine[i]);
+    pthread_barrier_wait(&back_bar);
+    return NULL;
+}
+
+Test(heap_threads, a_thread_that_only_frees_gets_back_what_was_sent_to_it) {
+    lull_size_classes_init();
+    run_pair(&back_bar, back_owner, back_freer);
+    cr_log_info("used %u before its own send, %u after", back_used[0], back_used[1]);
+    cr_assert_eq(back_used[0], LULL_OUTBOX_BATCH + 1, "applied before the owner did anything");
+    cr_assert_eq(back_used[1], 1, "the frees sent to the owner were not applied at its send");
+}
