@@ -4,7 +4,10 @@
  * keeps freed huge mappings in a bounded cache (purged after the delay,
  * unmapped when unused for long), and publishes statistics. Request threads
  * only put freed huge mappings into its cache or queue (atomic operations)
- * and never wake it with a system call: it finds its work on its own tick.
+ * and do not wake it with a system call: it finds its work on its own tick.
+ * The one exception is a huge malloc that found no fit while mappings are
+ * cached: it is about to mmap anyway, and the mappings it passed over are
+ * purged at once (reclaim_thread.c, huge_reuse).
  *
  * It blocks every signal (the program's signals are the program's threads'
  * to take), and at fork no step of it is half done: each step that takes
