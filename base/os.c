@@ -55,38 +55,54 @@ void lull_os_init(void) {
                                    align_up(start, LULL_SEGMENT_SIZE));
 }
 
+static const int map_prot = PROT_READ | PROT_WRITE;
+static const int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+/* len bytes at the next free 32 MiB boundaries of the segments' range,
+ * which advances by `range`; at most `attempts` boundaries are tried. NULL
+ * with errno EEXIST when they were taken (or an old kernel ignored
+ * MAP_FIXED_NOREPLACE and placed the mapping off a boundary: that one is
+ * never touched, never unmapped, and counted as slack), ENOMEM at a limit. */
+static void *map_at_next_boundary(size_t len, size_t range, int attempts) {
+    for (int attempt = 0; attempt < attempts; attempt++) {
+        uintptr_t hint = atomic_fetch_add(&next_segment_hint, range);
+        void *p = mmap((void *)hint, len, map_prot, map_flags | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p == (void *)hint) return p;
+        if (p != MAP_FAILED) {
+            if (((uintptr_t)p & LULL_SEGMENT_MASK) == 0) return p;
+            atomic_fetch_add(&lull_os_slack_bytes, len);
+            errno = EEXIST;
+            return NULL;
+        }
+        if (errno != EEXIST) {
+            errno = ENOMEM;
+            return NULL;
+        }
+    }
+    errno = EEXIST;
+    return NULL;
+}
+
 void *lull_os_segment_map(void) {
     if (lull_fault(LULL_FAULT_MMAP)) {
         errno = ENOMEM;
         return NULL;
     }
-    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-    for (int attempt = 0; attempt < 16; attempt++) {
-        uintptr_t hint = atomic_fetch_add(&next_segment_hint, LULL_SEGMENT_SIZE);
-        void *p = mmap((void *)hint, LULL_SEGMENT_SIZE, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
-        if (p == (void *)hint) return p;
-        if (p != MAP_FAILED) {
-            /* an old kernel ignored MAP_FIXED_NOREPLACE and placed it
-             * elsewhere: usable if aligned, else kept as slack below */
-            if (((uintptr_t)p & LULL_SEGMENT_MASK) == 0) return p;
-            atomic_fetch_add(&lull_os_slack_bytes, LULL_SEGMENT_SIZE);
-            break;
-        }
-        if (errno != EEXIST) break;
-    }
+    void *seg = map_at_next_boundary(LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16);
+    if (seg) return seg;
     /* The hinted region is taken or refused (valgrind keeps its own map of
      * the address space): let the kernel choose, twice the size, and use
      * the aligned segment inside. The rest is never touched and never
      * unmapped (no munmap on a request thread). */
-    void *p = mmap(NULL, 2 * LULL_SEGMENT_SIZE, prot, flags, -1, 0);
+    void *p = mmap(NULL, 2 * LULL_SEGMENT_SIZE, map_prot, map_flags, -1, 0);
     if (p == MAP_FAILED) {
         errno = ENOMEM;
         return NULL;
     }
-    uintptr_t seg = align_up((uintptr_t)p, LULL_SEGMENT_SIZE);
+    uintptr_t aligned = align_up((uintptr_t)p, LULL_SEGMENT_SIZE);
     atomic_fetch_add(&lull_os_slack_bytes, LULL_SEGMENT_SIZE);
-    atomic_store(&next_segment_hint, seg + LULL_SEGMENT_SIZE);
-    return (void *)seg;
+    atomic_store(&next_segment_hint, aligned + LULL_SEGMENT_SIZE);
+    return (void *)aligned;
 }
 
 void *lull_os_huge_map_aligned(size_t len) {
@@ -94,29 +110,10 @@ void *lull_os_huge_map_aligned(size_t len) {
         errno = ENOMEM;
         return NULL;
     }
-    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
     /* the boundaries up to the next one after the block stay unmapped: room
      * to grow in place (lull_huge_grow_in_place), and no address space or
      * commit charge */
-    size_t range = align_up(len, LULL_SEGMENT_SIZE);
-    for (int attempt = 0; attempt < 4; attempt++) {
-        uintptr_t hint = atomic_fetch_add(&next_segment_hint, range);
-        void *p = mmap((void *)hint, len, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
-        if (p == (void *)hint) return p;
-        if (p != MAP_FAILED) {
-            /* an old kernel placed it elsewhere: usable if aligned, else
-             * never touched, never unmapped (as for segments) */
-            if (((uintptr_t)p & LULL_SEGMENT_MASK) == 0) return p;
-            atomic_fetch_add(&lull_os_slack_bytes, len);
-            errno = EEXIST;
-            return NULL;
-        }
-        if (errno != EEXIST) {
-            errno = ENOMEM; /* a limit, which a mapping with slack would not pass either */
-            return NULL;
-        }
-    }
-    return NULL; /* errno EEXIST */
+    return map_at_next_boundary(len, align_up(len, LULL_SEGMENT_SIZE), 4);
 }
 
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {
@@ -124,8 +121,7 @@ void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {
         errno = ENOMEM;
         return NULL;
     }
-    void *p =
-        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, len, map_prot, map_flags, -1, 0);
     if (p == MAP_FAILED) {
         errno = ENOMEM;
         return NULL;
