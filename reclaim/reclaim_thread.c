@@ -399,10 +399,11 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
     while (list) {
         lull_huge *h = list;
         list = h->next;
-        size_t room = (size_t)((char *)h->map_base + h->map_len - ((char *)h + h->block_offset));
         int h_node = h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0;
+        /* the block's room is `usable`, as the cache's words have it: a
+         * fallback mapping's slack after the block is not the block's */
         if (!found && h->block_offset == LULL_SLICE_SIZE && h_node == node &&
-            lull_huge_fits(room, size))
+            lull_huge_fits(h->usable, size))
             found = h;
         else
             lull_huge_queue_push(h);
