@@ -31,6 +31,8 @@
 #define LULL_SLICE_WORDS (LULL_SLICES / 64)
 #define LULL_META_SLICES 2 /* the segment header: span descriptors are 64 KiB */
 #define LULL_PAGE_SIZE ((size_t)4096)
+/* n rounded up to whole pages */
+#define LULL_PAGES_OF(n) (((size_t)(n) + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1))
 #define LULL_EXTENT_SLICES 32 /* 2 MiB: the unit a purge keeps whole */
 
 #define LULL_SMALL_MAX ((size_t)512 * 1024) /* largest size class */

@@ -61,7 +61,7 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
                     : alignment <= LULL_SEGMENT_SIZE ? alignment
                                                      : LULL_SEGMENT_SIZE;
-    size_t need = offset + ((size + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1));
+    size_t need = offset + LULL_PAGES_OF(size);
     size_t slack = alignment > LULL_SEGMENT_SIZE ? alignment : LULL_SEGMENT_SIZE;
     void *base = NULL;
     size_t map_len = need;
@@ -146,7 +146,7 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
      * size near SIZE_MAX and seem to fit; the caller's malloc then fails
      * with ENOMEM and the block stays as it is */
     if (size > LULL_MAX_ALLOC) return false;
-    size_t pages = (size + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1);
+    size_t pages = LULL_PAGES_OF(size);
     size_t need = (size_t)h->block_offset + pages;
     size_t have = (size_t)((char *)h->map_base + h->map_len - (char *)h);
     lull_huge_accounting *a = acct_of(h);

@@ -84,7 +84,7 @@ static inline uint64_t lull_huge_word_with_state(uint64_t w, int state) {
  * mapping made for a size always fits that size again. */
 static inline bool lull_huge_fits(size_t room, size_t size) {
     if (room < size) return false;
-    size_t pages = (size + LULL_PAGE_SIZE - 1) & ~(size_t)(LULL_PAGE_SIZE - 1);
+    size_t pages = LULL_PAGES_OF(size);
     return room - pages <= pages / 8;
 }
 

@@ -375,6 +375,15 @@ void lull_reclaim_start_now(void) {
         start_deferred();
 }
 
+/* Ask for a tick now: the thread runs one as soon as it wakes (its wait is
+ * on request_seq). Returns the request's number, which done_seq reaches
+ * when a tick that started after it has finished. */
+static uint32_t request_tick(void) {
+    uint32_t seq = atomic_fetch_add(&R.request_seq, 1) + 1;
+    futex(&R.request_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
+    return seq;
+}
+
 /* A huge malloc takes a cached mapping that fits. With no reclaim thread
  * there is no cache to speak of: it reuses a queued block that fits (first
  * fit), so freed huge blocks do not pile up. The queue is taken whole and
@@ -390,8 +399,7 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
          * of up to 100 ms later. This path makes an mmap anyway. Without
          * it, a program replacing 20-64 MiB blocks at random peaked with
          * 245 MiB of passed-over mappings still resident. */
-        atomic_fetch_add_explicit(&R.request_seq, 1, memory_order_release);
-        futex(&R.request_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
+        request_tick();
         return NULL;
     }
     if (found || atomic_load_explicit(&R.running, memory_order_relaxed)) return found;
@@ -437,8 +445,7 @@ LULL_EXPORT bool lull_reclaim_now(void) {
     while (atomic_load(&lull_reclaim_deferred) == LULL_RECLAIM_STARTING)
         sched_yield();
     if (!atomic_load(&R.running)) return false;
-    uint32_t seq = atomic_fetch_add(&R.request_seq, 1) + 1;
-    futex(&R.request_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
+    uint32_t seq = request_tick();
     /* a tick that started after our request answers it */
     for (;;) {
         uint32_t done = atomic_load_explicit(&R.done_seq, memory_order_acquire);

@@ -335,10 +335,6 @@ static void unfull(lull_heap *h, lull_span *span) {
     update_current(h, span->size_class);
 }
 
-/* The remote frees other threads sent (outbox.h), applied as local frees:
- * every block of a message is still counted in its span's used, so the
- * span is this heap's until now; a span this empties is kept or released
- * like after any free. */
 #define SUSPECTS_TRACKED 8
 
 /* A remote free of a block that looked free already flagged its span
@@ -362,6 +358,10 @@ static void check_suspect(lull_span *span, const lull_block *b, lull_span **seen
                    (const void *)b);
 }
 
+/* The remote frees other threads sent (outbox.h), applied as local frees:
+ * every block of a message is still counted in its span's used, so the
+ * span is this heap's until now; a span this empties is kept or released
+ * like after any free. */
 static void apply_inbox(lull_heap *h) {
     if (!atomic_load_explicit(&h->inbox, memory_order_relaxed)) return;
     lull_block *b = atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire);
