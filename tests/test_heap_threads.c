@@ -354,12 +354,19 @@ static unsigned msg_to_free;
 static lull_span *msg_span;
 static uint32_t msg_used[3];
 
+/* A message's worth of blocks in one span, and one more block that keeps
+ * the span in use when they are all freed: returned, for the caller to
+ * free at its end. */
+static void *fill_one_span(void **blocks, lull_span **span) {
+    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++)
+        blocks[i] = lull_malloc(MSG_SIZE);
+    *span = lull_span_of(lull_segment_of(blocks[0]), blocks[0]);
+    return lull_malloc(MSG_SIZE);
+}
+
 static void *msg_owner(void *arg) {
     (void)arg;
-    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++)
-        msg_blocks[i] = lull_malloc(MSG_SIZE);
-    void *keep = lull_malloc(MSG_SIZE); /* the span stays in use */
-    msg_span = lull_span_of(lull_segment_of(msg_blocks[0]), msg_blocks[0]);
+    void *keep = fill_one_span(msg_blocks, &msg_span);
     msg_used[0] = lull_span_used(msg_span);
     pthread_barrier_wait(&msg_bar); /* the freer frees msg_to_free blocks */
     pthread_barrier_wait(&msg_bar);
@@ -428,10 +435,7 @@ static uint32_t back_used[2];
 
 static void *back_owner(void *arg) {
     (void)arg;
-    for (unsigned i = 0; i < LULL_OUTBOX_BATCH; i++)
-        back_mine[i] = lull_malloc(MSG_SIZE);
-    void *keep = lull_malloc(MSG_SIZE);
-    back_span = lull_span_of(lull_segment_of(back_mine[0]), back_mine[0]);
+    void *keep = fill_one_span(back_mine, &back_span);
     pthread_barrier_wait(&back_bar); /* the freer frees back_mine: a full message */
     pthread_barrier_wait(&back_bar);
     back_used[0] = lull_span_used(back_span);
