@@ -26,6 +26,8 @@ typedef enum {
     LULL_RACE_FORK,           /* fork: inside the prepare handler */
     LULL_RACE_OUTBOX_SEND,    /* remote free: a message about to be pushed on its owner's inbox */
     LULL_RACE_INBOX_APPLY,    /* owner: a message taken from the inbox, not yet applied */
+    LULL_RACE_PAGE_CLAIM,     /* reclaim: parked pages claimed (PURGING), not yet purged */
+    LULL_RACE_PAGE_TAKE_BACK, /* owner: parked pages taken back, their blocks not yet threaded */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

@@ -33,6 +33,7 @@
 #define LULL_PAGE_SIZE ((size_t)4096)
 /* n rounded up to whole pages */
 #define LULL_PAGES_OF(n) (((size_t)(n) + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1))
+#define LULL_PAGES_PER_SLICE (LULL_SLICE_SIZE / LULL_PAGE_SIZE) /* 16: 2 bits each in a word */
 #define LULL_EXTENT_SLICES 32 /* 2 MiB: the unit a purge keeps whole */
 
 #define LULL_SMALL_MAX ((size_t)512 * 1024) /* largest size class */
@@ -44,7 +45,9 @@ typedef struct lull_block {
     uintptr_t next_encoded; /* next free block, safe-linked (see span.h) */
 } lull_block;
 
-#define LULL_SPAN_IN_FULL 0x80000000u
+/* bit 31 of a span's used: every free into the span takes the slow path
+ * (it is on its heap's full list, or has parked pages) */
+#define LULL_SPAN_SLOW_FREE 0x80000000u
 
 typedef enum {
     LULL_SPAN_NONE = 0, /* slice is not the head of a span in use */
@@ -89,9 +92,10 @@ typedef struct lull_span {
     uint8_t zeroed; /* uncarved memory is known to be zero */
     /* ---- the owner's: malloc and free write these ---- */
     _Alignas(64) lull_block *free; /* local free list: malloc pops, local free pushes */
-    /* blocks handed out and not freed locally; LULL_SPAN_IN_FULL set while
-     * the span is on its heap's full list, so that free() tests both with
-     * one signed compare */
+    /* blocks handed out and not freed locally, less park_at;
+     * LULL_SPAN_SLOW_FREE set while the span is on its heap's full list or
+     * has parked pages, so that free() tests all three with one signed
+     * compare */
     uint32_t used;
     uint32_t carved;        /* blocks carved so far (the rest never touched) */
     struct lull_span *next; /* heap queue links */
@@ -104,10 +108,17 @@ typedef struct lull_span {
      * (docs/architecture.md, the remote-free protocol). */
     _Atomic uintptr_t thread_free;
     struct lull_span *remote_next;
-    uint8_t kept; /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
+    uint8_t kept;    /* 1 + slot in its heap's kept ring, or 0 (heap.c) */
+    uint8_t in_full; /* on its heap's full list */
     /* set by a remote free whose block already looked free: the owner's
      * collection then checks the list against its local free list */
     _Atomic uint8_t remote_suspect;
+    /* Parked pages (src/span_park.c): `used` counts down to this, so the
+     * free that brings the span to it takes the slow path and parks the
+     * pages that only free blocks overlap; lull_span_used() is used plus
+     * park_at. 0: no park is due (and always for a kept span). */
+    uint32_t park_at;
+    uint32_t parked_pages; /* pages of the span not NONE in page_state */
 } lull_span;
 
 _Static_assert(sizeof(lull_span) == 128, "the two-line layout above assumes 128 bytes");
@@ -149,6 +160,11 @@ typedef struct lull_segment {
      * fewer than a distance in descriptors of 96 bytes, callgrind), and zero
      * memory (a fresh segment, a huge block's header) reads as "no span". */
     uint16_t span_head[LULL_SLICES];
+    /* pages of in-use small spans given to the reclaim thread while their
+     * span stays in use (numa/page_park.h): 2 bits a page, a word a slice */
+    _Atomic uint32_t page_state[LULL_SLICES];
+    _Atomic uint64_t parked_slices[LULL_SLICE_WORDS]; /* slices with a PENDING page */
+    _Atomic uint32_t parked_ms[LULL_SLICES];          /* when a page of it was last parked */
     _Alignas(64) lull_span slices[LULL_SLICES];
 } lull_segment;
 

@@ -32,6 +32,7 @@ typedef struct lull_reclaim_stats {
     uint64_t huge_freed;     /* huge mappings unmapped */
     uint64_t huge_freed_bytes;
     uint64_t huge_purged_bytes; /* cached huge mappings purged (kept mapped for reuse) */
+    uint64_t page_purged_bytes; /* parked pages of in-use spans purged (numa/page_park.h) */
     uint64_t inline_purges;     /* purges done on a request thread (inline_purge=on) */
     bool running;
     bool start_failed;

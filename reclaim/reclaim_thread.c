@@ -17,6 +17,7 @@
 #include "reclaim/reclaim.h"
 #include "lull.h"
 #include "numa/arena.h"
+#include "numa/page_park.h"
 #include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_reclaim.h"
@@ -148,6 +149,51 @@ static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
     return work;
 }
 
+/* Pages parked inside spans still in use (numa/page_park.h), parked at or
+ * before the purge delay, one batch of runs a step, adjacent runs merged
+ * into one range. Always MADV_DONTNEED: their span is in use, so nothing
+ * would purge a MADV_FREE'd page again, and it would count in RSS until the
+ * kernel runs short. */
+static bool tick_pages(lull_arena *a, uint32_t parked_before) {
+    lull_page_run runs[BATCH_RUNS];
+    purge_range ranges[BATCH_RUNS];
+    int results[BATCH_RUNS];
+    uint16_t range_of[BATCH_RUNS];
+    bool work = false;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s;
+         s = s->next) {
+        for (;;) {
+            pthread_mutex_lock(&step_lock);
+            size_t n = lull_pages_claim(s, parked_before, runs, BATCH_RUNS), k = 0, bytes = 0;
+            for (size_t i = 0; i < n; i++) {
+                size_t len;
+                char *addr = lull_page_run_address(&runs[i], &len);
+                if (k && (char *)ranges[k - 1].addr + ranges[k - 1].len == addr)
+                    ranges[k - 1].len += len;
+                else
+                    ranges[k++] = (purge_range){.addr = addr, .len = len};
+                range_of[i] = (uint16_t)(k - 1);
+            }
+            if (n) purge_backend_run(&R.backend, ranges, k, MADV_DONTNEED, results);
+            for (size_t i = 0; i < n; i++) {
+                bool ok = results[range_of[i]] == 0;
+                lull_pages_finish(&runs[i], ok);
+                if (ok) bytes += (size_t)__builtin_popcount(runs[i].mask) * LULL_PAGE_SIZE;
+            }
+            pthread_mutex_unlock(&step_lock);
+            if (n == 0) break;
+            work = true;
+            for (size_t i = 0; i < k; i++)
+                if (results[i]) STAT_ADD(purge_failures, 1);
+            STAT_ADD(purge_runs, k);
+            STAT_ADD(purged_bytes, bytes);
+            STAT_ADD(page_purged_bytes, bytes);
+            if (n < BATCH_RUNS) break;
+        }
+    }
+    return work;
+}
+
 /* MADV_FREE'd slices still count in RSS until the kernel needs the pages:
  * the ones that stayed free long enough are purged for good. */
 static bool tick_lazy(lull_arena *a, uint32_t now) {
@@ -198,6 +244,7 @@ static bool tick(void) {
         for (int i = 0; i < lull_arena_count; i++) {
             work |= tick_arena(&lull_arenas[i], freed_before, advice);
             work |= tick_lazy(&lull_arenas[i], now);
+            work |= tick_pages(&lull_arenas[i], freed_before);
         }
     }
     if (delay != LULL_PURGE_DELAY_NEVER) work |= warm_tick(now);
@@ -469,6 +516,7 @@ void lull_reclaim_get_stats(lull_reclaim_stats *out) {
     STAT_GET(huge_freed);
     STAT_GET(huge_freed_bytes);
     STAT_GET(huge_purged_bytes);
+    STAT_GET(page_purged_bytes);
     STAT_GET(inline_purges);
     STAT_GET(backend);
     STAT_GET(delay_ms);

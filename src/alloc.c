@@ -11,6 +11,7 @@
 #include "base/race.h"
 #include "reclaim/reclaim.h"
 #include "src/outbox.h"
+#include "src/span_park.h"
 
 #include <errno.h>
 #include <string.h>
@@ -58,6 +59,9 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     lull_span *s = lull_arena_alloc_span(h->arena, ci->span_slices, &zeroed);
     if (!s) return NULL;
     s->free = NULL;
+    s->park_at = 0;
+    s->parked_pages = 0;
+    s->in_full = 0;
     s->used = 0;
     s->capacity = ci->capacity;
     s->carved = 0;
@@ -85,6 +89,9 @@ static lull_span *class_refill(lull_heap *h, unsigned c) {
     for (lull_span *s = q->head, *next; s; s = next) {
         next = s->next;
         if (!s->free) lull_span_collect(s);
+        /* its parked pages before new ones: what is still resident costs
+         * no fault, and the span's footprint does not grow */
+        if (!s->free && s->parked_pages) lull_span_unpark(s);
         if (!s->free && s->carved < s->capacity) span_extend(s);
         if (s->free) {
             if (s != q->head) {
@@ -97,6 +104,7 @@ static lull_span *class_refill(lull_heap *h, unsigned c) {
         /* full: park it until a free comes back */
         lull_heap_queue_remove(q, s);
         lull_span_set_in_full(s, true);
+        lull_span_park_arm(s);
         lull_heap_queue_push_front(&h->full, s);
     }
     lull_span *s = span_new(h, c);
@@ -124,6 +132,9 @@ static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
     s->block_offset = (uint32_t)(block - (uintptr_t)start);
     s->block_size = (uint32_t)(slices << LULL_SLICE_SHIFT);
     s->capacity = 1;
+    s->park_at = 0;
+    s->parked_pages = 0;
+    s->in_full = 0;
     s->used = 1;
     s->requested = size;
     s->zeroed = zeroed;
@@ -243,6 +254,7 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
 }
 
 void lull_free_local_tail(lull_heap *h, lull_span *span) {
+    if (span->parked_pages) lull_span_check_not_parked(span, span->free); /* the block freed */
     if (lull_span_in_full(span)) {
         lull_heap_queue_remove(&h->full, span);
         lull_span_set_in_full(span, false);
@@ -250,7 +262,10 @@ void lull_free_local_tail(lull_heap *h, lull_span *span) {
         if (h->current[span->size_class] == &lull_span_empty || !h->current[span->size_class]->free)
             lull_heap_set_current(h, span->size_class, span);
     }
-    if (span->used == 0) lull_heap_span_empty(h, span);
+    if (lull_span_used(span) == 0)
+        lull_heap_span_empty(h, span);
+    else if (span->park_at && !(span->used & ~LULL_SPAN_SLOW_FREE))
+        lull_span_park_due(span);
 }
 
 /* Is b on one of the span's free lists? Asked by a thread that does not own

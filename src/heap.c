@@ -11,6 +11,7 @@
 #include "base/race.h"
 #include "src/size_class.h"
 #include "src/span.h"
+#include "src/span_park.h"
 
 #include <errno.h>
 #include <string.h>
@@ -202,16 +203,19 @@ static uint32_t span_merge_remote(lull_span *span, lull_block *list) {
     LULL_RACE_POINT(LULL_RACE_COLLECT);
     uint32_t n = 1;
     lull_block *tail = list;
-    for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next)
+    for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next) {
         if (++n > span->capacity) /* without this, a double remote free hangs the owner here */
             lull_fatal_remote_double_free(cycle_entry(list));
+        if (span->parked_pages) lull_span_check_not_parked(span, next);
+    }
+    if (span->parked_pages) lull_span_check_not_parked(span, list);
     if (atomic_load_explicit(&span->remote_suspect, memory_order_relaxed)) {
         atomic_store_explicit(&span->remote_suspect, 0, memory_order_relaxed);
         check_remote_list(span, list);
     }
     lull_block_set_next(tail, span->free);
     span->free = list;
-    span->used -= n;
+    lull_span_unuse(span, n);
     return n;
 }
 
@@ -239,9 +243,13 @@ static uint32_t span_collect_popped(lull_span *span) {
 
 /* Released only by its owner, and only when no block is in use and the
  * remote word is 0: then no remote free is pending or half done, and none
- * can come (every block is free). */
-static bool span_releasable(const lull_span *span) {
-    return span->used == 0 && atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0;
+ * can come (every block is free). Its parked pages are taken back first;
+ * one the reclaim thread is purging at this moment keeps the span until a
+ * later visit (a refill, a collection). */
+static bool span_releasable(lull_span *span) {
+    return lull_span_used(span) == 0 &&
+           atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0 &&
+           lull_span_unpark(span);
 }
 
 /* An empty span the heap keeps is out of the reclaim thread's reach until
@@ -304,6 +312,9 @@ static bool span_empty(lull_heap *h, lull_span *span) {
     /* a span still on the remote stack is retired when it is popped */
     if (atomic_load_explicit(&span->thread_free, memory_order_acquire) & LULL_REMOTE_QUEUED)
         return false;
+    /* its pages come back whole first; a page being purged right now
+     * leaves the span in its queue, empty, until a later refill */
+    if (!lull_span_unpark(span)) return false;
     /* keep the only span of a class, within a byte budget: a thread that
      * allocates and frees one block in a loop must not trade slices with the
      * arena every time (180-220 ns a pair for 100-300 KiB blocks, against
@@ -377,8 +388,12 @@ static void apply_inbox(lull_heap *h) {
         lull_block_set_next(b, span->free);
         span->free = b;
         if (lull_span_put_back_one(span)) {
+            if (span->parked_pages) lull_span_check_not_parked(span, b);
             if (lull_span_in_full(span)) unfull(h, span);
-            if (span->used == 0) span_empty(h, span);
+            if (lull_span_used(span) == 0)
+                span_empty(h, span);
+            else if (span->park_at && !(span->used & ~LULL_SPAN_SLOW_FREE))
+                lull_span_park_due(span);
         }
         b = next;
     }

@@ -25,12 +25,33 @@ static uint16_t span_slices_for(uint32_t size) {
     return (uint16_t)best;
 }
 
+/* The fraction of blocks in use below which a page of the span holds no
+ * live block with some chance: with k blocks a page and a fraction u in
+ * use at random, a page is all free with probability (1 - u)^k; parks
+ * start where that reaches 5 % (u = 0.95 for blocks of a page or more,
+ * 0.53 for 1 KiB blocks, 0.17 for 256 B, 0.05 for 64 B). In 64ths. */
+static uint32_t park_start_for(uint32_t size, uint32_t capacity) {
+    uint32_t k = size >= LULL_PAGE_SIZE ? 1 : (uint32_t)(LULL_PAGE_SIZE / size);
+    uint32_t best = 0;
+    for (uint32_t j = 1; j < 64; j++) {
+        double all_free = 1.0, u = j / 64.0;
+        for (uint32_t i = 0; i < k && all_free >= 0.05; i++)
+            all_free *= 1.0 - u;
+        if (all_free >= 0.05) best = j;
+    }
+    return (uint32_t)((uint64_t)capacity * best / 64);
+}
+
 static void add_class(uint32_t size) {
     lull_class_info *c = &lull_classes[lull_class_count++];
     c->block_size = size;
     c->span_slices = span_slices_for(size);
     c->capacity = (uint32_t)(c->span_slices * LULL_SLICE_SIZE / size);
     c->div_magic = UINT64_MAX / size + 1;
+    /* a pass costs a walk of the span: every 32nd of it, so that the
+     * frees between two passes pay for it */
+    c->park_start = park_start_for(size, c->capacity);
+    c->park_step = c->capacity / 32 ? c->capacity / 32 : 1;
 }
 
 void lull_size_classes_init(void) {

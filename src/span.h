@@ -19,23 +19,46 @@ static inline void lull_block_set_next(lull_block *b, lull_block *next) {
     b->next_encoded = (uintptr_t)next ^ ((uintptr_t)b >> 12);
 }
 
+/* Blocks handed out and not freed locally. */
 static inline uint32_t lull_span_used(const lull_span *s) {
-    return s->used & ~LULL_SPAN_IN_FULL;
+    return (s->used & ~LULL_SPAN_SLOW_FREE) + s->park_at;
 }
 
 static inline bool lull_span_in_full(const lull_span *s) {
-    return (s->used & LULL_SPAN_IN_FULL) != 0;
+    return s->in_full;
+}
+
+/* LULL_SPAN_SLOW_FREE follows in_full and parked_pages. */
+static inline void lull_span_update_slow(lull_span *s) {
+    if (s->in_full || s->parked_pages)
+        s->used |= LULL_SPAN_SLOW_FREE;
+    else
+        s->used &= ~LULL_SPAN_SLOW_FREE;
 }
 
 static inline void lull_span_set_in_full(lull_span *s, bool on) {
-    if (on)
-        s->used |= LULL_SPAN_IN_FULL;
-    else
-        s->used &= ~LULL_SPAN_IN_FULL;
+    s->in_full = on;
+    lull_span_update_slow(s);
 }
 
-/* --used; true when the span became empty or is on its heap's full list
- * (LULL_SPAN_IN_FULL makes used negative as a signed number). On x86-64 the
+/* The count at which the next park is due (at most the count now). */
+static inline void lull_span_set_park_at(lull_span *s, uint32_t park_at) {
+    uint32_t real = lull_span_used(s);
+    s->park_at = park_at;
+    s->used = (s->used & LULL_SPAN_SLOW_FREE) | (real - park_at);
+}
+
+/* n blocks fewer in use at once (remote frees merged): a park passed over
+ * is due at the next free. */
+static inline void lull_span_unuse(lull_span *s, uint32_t n) {
+    uint32_t real = lull_span_used(s) - n;
+    if (s->park_at > real) s->park_at = real ? real - 1 : 0;
+    s->used = (s->used & LULL_SPAN_SLOW_FREE) | (real - s->park_at);
+}
+
+/* --used; true when the span became empty, reached its park_at, or is on
+ * its heap's full list or has parked pages (LULL_SPAN_SLOW_FREE makes used
+ * negative as a signed number). On x86-64 the
  * flags of the decrement answer that: 2 instructions instead of 5 (gcc
  * reloads and tests a `(int32_t)--used <= 0`, since it cannot know that used
  * never wraps). Sanitizer builds use the plain C, which they can see. */

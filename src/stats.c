@@ -2,6 +2,7 @@
 #include "src/stats.h"
 #include "lull.h"
 #include "numa/arena.h"
+#include "numa/page_park.h"
 #include "numa/slice_state.h"
 #include "reclaim/huge_cache.h"
 #include "reclaim/purge_backend.h"
@@ -87,11 +88,18 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
         if (kind == LULL_SPAN_SMALL && run == n) {
             uint64_t bs = __atomic_load_n(&d->block_size, __ATOMIC_RELAXED);
             uint64_t cap = __atomic_load_n(&d->capacity, __ATOMIC_RELAXED);
-            uint64_t used = __atomic_load_n(&d->used, __ATOMIC_RELAXED) & ~LULL_SPAN_IN_FULL;
+            uint64_t used = (__atomic_load_n(&d->used, __ATOMIC_RELAXED) & ~LULL_SPAN_SLOW_FREE) +
+                            __atomic_load_n(&d->park_at, __ATOMIC_RELAXED);
             if (cap * bs > bytes) cap = bytes / (bs ? bs : 1);
             if (used > cap) used = cap;
+            /* parked pages the reclaim thread purged (or is purging) hold
+             * free blocks only: purged, not span_free */
+            uint64_t free_bytes = (cap - used) * bs;
+            uint64_t purged = lull_pages_purged_bytes(s, i, n);
+            if (purged > free_bytes) purged = free_bytes;
             a->live += used * bs;
-            a->span_free += (cap - used) * bs;
+            a->span_free += free_bytes - purged;
+            a->purged += purged;
             a->rounding += bytes - cap * bs;
         } else if (kind == LULL_SPAN_LARGE && run == n) {
             uint64_t off = __atomic_load_n(&d->block_offset, __ATOMIC_RELAXED);

@@ -1,0 +1,91 @@
+/* The page state machine of in-use spans (docs/architecture.md, "Parked
+ * pages"): a 4 KiB page of a small span whose blocks are all free can be
+ * parked by the span's owner, purged by the reclaim thread, and taken back
+ * by the owner. Two bits a page, 16 pages of a slice in one word of the
+ * segment's page_state:
+ *
+ *   NONE     the owner's: its blocks are live or on the span's lists
+ *   PENDING  parked: every block on it is free and on no list; the owner
+ *            may take it back, the reclaim thread may claim it
+ *   PURGING  claimed by the reclaim thread; nobody else changes it
+ *   PURGED   purged (zero on next touch); the owner may take it back
+ *
+ * Only the owner leaves NONE (park) and enters it (take back); only the
+ * reclaim thread enters and leaves PURGING. A take back is one CAS of the
+ * whole word that turns PENDING and PURGED pages into NONE and leaves
+ * PURGING pages alone, so of a take back and a claim exactly one wins a
+ * page: a purge never zeroes a page the owner has re-threaded. Each claim..
+ * finish is one reclaim step (step_lock), so fork never copies a PURGING
+ * page. This module is the only code that changes the words. */
+#ifndef LULL_PAGE_PARK_H
+#define LULL_PAGE_PARK_H
+
+#include "base/types.h"
+
+enum {
+    LULL_PAGE_NONE = 0,
+    LULL_PAGE_PENDING = 1,
+    LULL_PAGE_PURGING = 2,
+    LULL_PAGE_PURGED = 3,
+};
+
+/* pages `mask` (bit i: page i of the slice) in the 2-bit layout, each set
+ * to `state` */
+static inline uint32_t lull_pages_spread(uint32_t mask, uint32_t state) {
+    uint32_t out = 0;
+    for (; mask; mask &= mask - 1) {
+        unsigned i = (unsigned)__builtin_ctz(mask);
+        out |= state << (2 * i);
+    }
+    return out;
+}
+
+/* the pages of a word in `state`, as a 16-bit mask */
+static inline uint32_t lull_pages_in(uint32_t word, uint32_t state) {
+    uint32_t out = 0;
+    for (unsigned i = 0; i < LULL_PAGES_PER_SLICE; i++)
+        if ((word >> (2 * i) & 3) == state) out |= 1u << i;
+    return out;
+}
+
+/* the pages of a word not NONE, as a 16-bit mask */
+static inline uint32_t lull_pages_out(uint32_t word) {
+    uint32_t any = (word | word >> 1) & 0x55555555u;
+    uint32_t out = 0;
+    for (; any; any &= any - 1)
+        out |= 1u << (__builtin_ctz(any) / 2);
+    return out;
+}
+
+static inline uint32_t lull_pages_word(const lull_segment *s, unsigned slice) {
+    return atomic_load_explicit(&s->page_state[slice], memory_order_acquire);
+}
+
+/* Owner side ----------------------------------------------------------- */
+
+/* NONE -> PENDING for `mask` (pages of `slice` that are NONE), at `now`. */
+void lull_pages_park(lull_segment *s, unsigned slice, uint32_t mask, uint32_t now_ms);
+/* PENDING, PURGED -> NONE for the pages of `mask`; the pages taken. */
+uint32_t lull_pages_take_back(lull_segment *s, unsigned slice, uint32_t mask);
+
+/* Reclaim side ---------------------------------------------------------- */
+
+/* A run of pages of one slice, claimed together. */
+typedef struct lull_page_run {
+    lull_segment *segment;
+    uint16_t slice;
+    uint16_t mask; /* contiguous pages */
+} lull_page_run;
+
+/* PENDING -> PURGING for pages parked at or before `parked_before_ms`, as
+ * runs, at most `max`. Returns the runs. */
+size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out,
+                        size_t max);
+/* PURGING -> PURGED (purged) or PENDING (the kernel refused). */
+void lull_pages_finish(const lull_page_run *r, bool purged);
+void *lull_page_run_address(const lull_page_run *r, size_t *len);
+
+/* Statistics: bytes of PURGED and PURGING pages in slices [first, first+n). */
+uint64_t lull_pages_purged_bytes(const lull_segment *s, unsigned first, unsigned n);
+
+#endif
