@@ -9,8 +9,8 @@ void lull_pages_park(lull_segment *s, unsigned slice, uint32_t mask, uint32_t no
     atomic_store_explicit(&s->parked_ms[slice], now_ms, memory_order_relaxed);
     /* release: the reclaim thread that claims a page sees parked_ms, and
      * the owner's last writes to the page happened before its purge */
-    uint32_t old =
-        atomic_fetch_or_explicit(&s->page_state[slice], lull_pages_spread(mask, 1), memory_order_release);
+    uint32_t old = atomic_fetch_or_explicit(&s->page_state[slice], lull_pages_spread(mask, 1),
+                                            memory_order_release);
     if (old & lull_pages_spread(mask, 3))
         lull_fatal("internal error: page parked twice (slice %u of segment %p)", slice, (void *)s);
     /* after the state: a claim that clears the hint re-reads the state */
@@ -25,6 +25,8 @@ uint32_t lull_pages_take_back(lull_segment *s, unsigned slice, uint32_t mask) {
     do {
         take = old & want; /* PENDING (01) and PURGED (11): the low bit */
         if (!take) return 0;
+        /* a claim landing here must make the CAS fail */
+        LULL_RACE_POINT(LULL_RACE_PAGE_TAKE_BACK);
         /* acquire: a page the reclaim thread purged is zero before the
          * owner writes links into it */
     } while (!atomic_compare_exchange_weak_explicit(&s->page_state[slice], &old,
@@ -46,7 +48,8 @@ static uint32_t cut_runs(lull_segment *s, unsigned slice, uint32_t mask, lull_pa
         uint32_t run = mask >> first;
         unsigned len = (unsigned)__builtin_ctz(~run);
         uint32_t bits = (len >= 32 ? ~0u : ((1u << len) - 1)) << first;
-        out[(*n)++] = (lull_page_run){.segment = s, .slice = (uint16_t)slice, .mask = (uint16_t)bits};
+        out[(*n)++] =
+            (lull_page_run){.segment = s, .slice = (uint16_t)slice, .mask = (uint16_t)bits};
         fitted |= bits;
         mask &= ~bits;
     }
@@ -67,6 +70,7 @@ static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, s
         n = 0;
         uint32_t fitted = cut_runs(s, slice, pages, out, room, &n);
         uint32_t flip = lull_pages_spread(fitted, 3); /* 01 -> 10 */
+        LULL_RACE_POINT(LULL_RACE_PAGE_CLAIM);        /* a take back landing here fails the CAS */
         if (atomic_compare_exchange_weak_explicit(&s->page_state[slice], &old, old ^ flip,
                                                   memory_order_acquire, memory_order_acquire))
             return n;

@@ -10,8 +10,8 @@
 #include "src/size_class.h"
 #include "src/span.h"
 
-#define MAX_PAGES (64 * LULL_PAGES_PER_SLICE)  /* a span is at most 64 slices */
-#define MAX_BLOCKS (LULL_SLICE_SIZE / 8)       /* the 8-byte class's span */
+#define MAX_PAGES (64 * LULL_PAGES_PER_SLICE) /* a span is at most 64 slices */
+#define MAX_BLOCKS (LULL_SLICE_SIZE / 8)      /* the 8-byte class's span */
 #define PAGE_WORDS (MAX_PAGES / 64)
 #define BLOCK_WORDS (MAX_BLOCKS / 64)
 
