@@ -32,3 +32,14 @@ void lull_modules_run(lull_module_event event, int reversed) {
         if (fn) fn();
     }
 }
+
+static void (*starter)(void);
+
+void lull_modules_set_starter(void (*start)(void)) {
+    __atomic_store_n(&starter, start, __ATOMIC_RELEASE);
+}
+
+void lull_modules_ensure_started(void) {
+    void (*start)(void) = __atomic_load_n(&starter, __ATOMIC_ACQUIRE);
+    if (start) start();
+}

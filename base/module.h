@@ -29,4 +29,10 @@ typedef enum {
 } lull_module_event;
 void lull_modules_run(lull_module_event event, int reversed);
 
+/* The start may wait for the first allocation (src/init.c): an entry point
+ * that needs the modules started (lull_reclaim_now, the statistics) calls
+ * lull_modules_ensure_started(), which runs what src/init.c installed. */
+void lull_modules_set_starter(void (*start)(void));
+void lull_modules_ensure_started(void);
+
 #endif

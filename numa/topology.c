@@ -387,7 +387,16 @@ void numa_topology_always_libnuma(bool on) {
 /* The kernel can never bring up a second node: sysfs says all there is. */
 static bool one_possible_node(void) {
     char buf[64];
-    return read_sysfs(NODE_DIR "/possible", 0, buf, sizeof buf) > 0 && strcmp(buf, "0\n") == 0;
+    /* the real tree without snprintf: this runs in every process's
+     * constructor, where printf's code was 4 of its page faults */
+    int r = strcmp(sysfs_root, "/sys") == 0
+                ? read_file("/sys/" NODE_DIR "/possible", buf, sizeof buf)
+                : read_sysfs(NODE_DIR "/possible", 0, buf, sizeof buf);
+    return r > 0 && strcmp(buf, "0\n") == 0;
+}
+
+bool numa_topology_needs_libnuma(void) {
+    return libnuma_always || !one_possible_node();
 }
 
 int numa_topology_init(void) {

@@ -57,6 +57,9 @@ extern const struct numa_topology *lull_numa_current __attribute__((visibility("
  * call it once at start (tests may call it again). It does not undo an
  * injection: numa_topology_inject(NULL) does. */
 int numa_topology_init(void);
+/* Would numa_topology_init() load libnuma (more than one possible node)?
+ * Reads one sysfs file; allocates nothing. */
+bool numa_topology_needs_libnuma(void);
 
 static inline const struct numa_topology *numa_topology(void) {
     return lull_numa_current;

@@ -43,6 +43,10 @@ typedef struct lull_reclaim_stats {
 } lull_reclaim_stats;
 
 void lull_reclaim_register(void);
+/* The CPUs the process may run on at its start, which the reclaim thread
+ * takes whichever thread creates it: read by the library constructor even
+ * when everything else waits for the first allocation (src/init.c). */
+void lull_reclaim_note_start_cpus(void);
 
 /* Run by the reclaim thread each tick, if set: src/heap.c's collection of
  * the remote frees into abandoned heaps (reclaim/ knows no heap). */

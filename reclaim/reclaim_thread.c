@@ -390,11 +390,15 @@ static void start_deferred(void) {
 /* lull_now_ms() when the thread was deferred (process start, fork) */
 static _Atomic uint32_t deferred_since_ms;
 
-static void defer_start(void) {
+void lull_reclaim_note_start_cpus(void) {
     /* once, at the process's start: a fork child keeps the parent's set
      * (the forking thread may be pinned) */
     if (!start_cpus_known)
         start_cpus_known = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
+}
+
+static void defer_start(void) {
+    lull_reclaim_note_start_cpus();
     atomic_store(&deferred_since_ms, lull_now_ms());
     atomic_store(&lull_reclaim_deferred, LULL_RECLAIM_DEFERRED);
 }
@@ -487,6 +491,7 @@ void lull_reclaim_huge_push(lull_huge *h) {
 }
 
 LULL_EXPORT bool lull_reclaim_now(void) {
+    lull_modules_ensure_started(); /* a process that has allocated nothing yet */
     lull_reclaim_start_now();
     /* another thread of a fork child may be creating it */
     while (atomic_load(&lull_reclaim_deferred) == LULL_RECLAIM_STARTING)
@@ -506,6 +511,7 @@ LULL_EXPORT bool lull_reclaim_now(void) {
  * while this runs: each is read atomically (no memcpy of the struct), and
  * backend_reason, written once before `started`, only after it. */
 void lull_reclaim_get_stats(lull_reclaim_stats *out) {
+    lull_modules_ensure_started();
     lull_reclaim_start_now(); /* the statistics report a thread */
 #define STAT_GET(field) out->field = __atomic_load_n(&R.stats.field, __ATOMIC_RELAXED)
     STAT_GET(ticks);

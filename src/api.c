@@ -12,10 +12,12 @@
 #include <errno.h>
 
 LULL_EXPORT bool lull_configure(const char *key, const char *value) {
+    lull_ensure_init(); /* the start-up configuration first, as it always was */
     return lull_config_set(key, value);
 }
 
 LULL_EXPORT void lull_set_purge_delay_ms(long ms) {
+    lull_ensure_init();
     if (ms < LULL_PURGE_DELAY_AUTO) ms = LULL_PURGE_DELAY_NEVER;
     /* the reclaim thread compares 32-bit millisecond times */
     if (ms > LULL_PURGE_DELAY_MAX_MS) ms = LULL_PURGE_DELAY_MAX_MS;
@@ -23,6 +25,7 @@ LULL_EXPORT void lull_set_purge_delay_ms(long ms) {
 }
 
 LULL_EXPORT long lull_purge_delay_ms(void) {
+    lull_ensure_init();
     return __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
 }
 

@@ -1,11 +1,16 @@
 /* Start-up and fork. The core initialises lazily on the first malloc
- * (which may come from the dynamic loader, before any constructor); the
- * modules that need dlopen or files (NUMA topology, counter page) start
- * from the library constructor, and the reclaim thread is created on first
- * need (reclaim/reclaim.h). */
+ * (which may come from the dynamic loader, before any constructor), and so
+ * do the modules (NUMA topology, counter page, the reclaim thread's
+ * deferral): a process that allocates nothing (the preloaded /bin/true of
+ * a fork+exec) sets nothing up. Only where the NUMA module would dlopen
+ * libnuma (more than one possible node), which must not run inside a
+ * malloc, do they start from the library constructor; the reclaim thread
+ * is created on first need (reclaim/reclaim.h). */
 #include "src/init.h"
 #include "base/module.h"
 #include "numa/arena.h"
+#include "numa/numa_module.h"
+#include "reclaim/reclaim.h"
 #include "base/config.h"
 #include "base/fault.h"
 #include "src/heap.h"
@@ -21,9 +26,37 @@
 
 static _Atomic int init_state; /* 0 none, 1 running, 2 done */
 
+/* The modules' start: 0 the constructor has not run, 1 it put the start off
+ * until the first allocation, 2 started (or starting: a malloc nested in a
+ * module's start, or another thread's, goes on with the core alone). */
+static _Atomic int modules_state;
+
+static void start_modules(void) {
+    lull_modules_run(LULL_MODULE_START, 0);
+    lull_config_mark_started();
+    lull_verbose("%s active (pid %d)",
+                 "lull "
+                 "0.1.0",
+                 (int)getpid());
+}
+
+static void start_modules_if_put_off(void) {
+    int expected = 1;
+    if (atomic_load_explicit(&modules_state, memory_order_relaxed) == 1 &&
+        atomic_compare_exchange_strong(&modules_state, &expected, 2))
+        start_modules();
+}
+
+static void init_core(void);
+
 bool lull_ensure_init(void) {
     int s = atomic_load_explicit(&init_state, memory_order_acquire);
-    if (s == 2) return true;
+    if (s != 2) init_core();
+    start_modules_if_put_off();
+    return true;
+}
+
+static void init_core(void) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&init_state, &expected, 1)) {
         lull_config_load();
@@ -34,13 +67,12 @@ bool lull_ensure_init(void) {
         lull_arenas_init(1);
         lull_heaps_init();
         atomic_store_explicit(&init_state, 2, memory_order_release);
-        return true;
+        return;
     }
     /* another thread is initialising: it allocates nothing and takes no
      * lock, so this wait is short */
     while (atomic_load_explicit(&init_state, memory_order_acquire) != 2)
         sched_yield();
-    return true;
 }
 
 /* The modules' locks first: the reclaim thread holds its step lock while it
@@ -74,15 +106,26 @@ static void run_at_exit(void) {
 
 void lull_modules_register_all(void); /* modules.c: the list of modules */
 
-__attribute__((constructor(101))) static void lull_constructor(void) {
+static void ensure_started(void) {
     lull_ensure_init();
+}
+
+__attribute__((constructor(101))) static void lull_constructor(void) {
+    lull_modules_set_starter(ensure_started);
+    lull_reclaim_note_start_cpus(); /* before main() can pin this thread */
     lull_modules_register_all();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    lull_modules_run(LULL_MODULE_START, 0);
-    lull_config_mark_started();
     atexit(run_at_exit);
-    lull_verbose("%s active (pid %d)",
-                 "lull "
-                 "0.1.0",
-                 (int)getpid());
+    /* Nothing allocated yet, and no library to load: the first allocation
+     * starts everything. A preloaded /bin/true, which allocates nothing,
+     * took 18 page faults and 12 system calls more than with an empty
+     * preloaded library (perf stat; fork+exec bench: see docs/status.md). */
+    if (atomic_load_explicit(&init_state, memory_order_acquire) == 0 &&
+        !lull_numa_start_loads_library()) {
+        atomic_store(&modules_state, 1);
+        return;
+    }
+    init_core();
+    atomic_store(&modules_state, 2);
+    start_modules();
 }

@@ -10,6 +10,7 @@
 #include "reclaim/refault.h"
 #include "base/config.h"
 #include "src/heap.h"
+#include "src/init.h"
 #include "numa/huge.h"
 #include "base/message.h"
 
@@ -219,6 +220,7 @@ void lull_stats_collect(struct lull_counters *out) {
 
 LULL_EXPORT int lull_stats(struct lull_counters *out) {
     if (!out) return -1;
+    lull_ensure_init();
     lull_stats_collect(out);
     out->magic = LULL_COUNTERS_MAGIC;
     out->abi_version = LULL_COUNTERS_ABI_VERSION;
