@@ -35,6 +35,9 @@
 #define LULL_PAGES_OF(n) (((size_t)(n) + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1))
 #define LULL_PAGES_PER_SLICE (LULL_SLICE_SIZE / LULL_PAGE_SIZE) /* 16: 2 bits each in a word */
 #define LULL_EXTENT_SLICES 32 /* 2 MiB: the unit a purge keeps whole */
+/* a slice's row of parking metadata: the 112-byte class's bitmap (585
+ * blocks: 80 bytes) and its 16 pages' counts */
+#define LULL_PARK_META_BYTES 96
 
 #define LULL_SMALL_MAX ((size_t)512 * 1024) /* largest size class */
 #define LULL_LARGE_MAX ((size_t)16 << 20)   /* largest one-block span */
@@ -113,12 +116,15 @@ typedef struct lull_span {
     /* set by a remote free whose block already looked free: the owner's
      * collection then checks the list against its local free list */
     _Atomic uint8_t remote_suspect;
-    /* Parked pages (src/span_park.c): `used` counts down to this, so the
-     * free that brings the span to it takes the slow path and parks the
-     * pages that only free blocks overlap; lull_span_used() is used plus
-     * park_at. 0: no park is due (and always for a kept span). */
+    /* Parked pages (src/span_park.c): `used` counts down to park_at, so
+     * the free that brings the span to it takes the slow path and starts
+     * parking; lull_span_used() is used plus park_at. 0: none due (always
+     * for a kept span). */
     uint32_t park_at;
-    uint32_t parked_pages; /* pages of the span not NONE in page_state */
+    uint16_t parked_pages; /* pages of the span not NONE in page_state */
+    /* parking: the free list is dissolved into the span's free bitmap and
+     * page live counts (park_meta of its segment) */
+    uint16_t parking; /* 1 while parking */
 } lull_span;
 
 _Static_assert(sizeof(lull_span) == 128, "the two-line layout above assumes 128 bytes");
@@ -165,6 +171,9 @@ typedef struct lull_segment {
     _Atomic uint32_t page_state[LULL_SLICES];
     _Atomic uint64_t parked_slices[LULL_SLICE_WORDS]; /* slices with a PENDING page */
     _Atomic uint32_t parked_ms[LULL_SLICES];          /* when a page of it was last parked */
+    /* a parking span's free bitmap and page live counts (src/span_park.c),
+     * the rows of its slices together; the owner's */
+    _Alignas(8) uint8_t park_meta[LULL_SLICES][LULL_PARK_META_BYTES];
     _Alignas(64) lull_span slices[LULL_SLICES];
 } lull_segment;
 

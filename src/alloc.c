@@ -61,6 +61,7 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     s->free = NULL;
     s->park_at = 0;
     s->parked_pages = 0;
+    s->parking = 0;
     s->in_full = 0;
     s->used = 0;
     s->capacity = ci->capacity;
@@ -90,9 +91,11 @@ static lull_span *class_refill(lull_heap *h, unsigned c) {
         next = s->next;
         if (!s->free) lull_span_collect(s);
         /* its parked pages before new ones: what is still resident costs
-         * no fault, and the span's footprint does not grow */
-        if (!s->free && s->parked_pages) lull_span_unpark(s);
-        if (!s->free && s->carved < s->capacity) span_extend(s);
+         * no fault, and the span's footprint does not grow; a parking span
+         * carves nothing (the next carve's page never parks, but its blocks
+         * would be on no bitmap) */
+        if (!s->free) lull_span_unpark(s, true);
+        if (!s->free && !s->parking && s->carved < s->capacity) span_extend(s);
         if (s->free) {
             if (s != q->head) {
                 lull_heap_queue_remove(q, s);
@@ -134,6 +137,7 @@ static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
     s->capacity = 1;
     s->park_at = 0;
     s->parked_pages = 0;
+    s->parking = 0;
     s->in_full = 0;
     s->used = 1;
     s->requested = size;
@@ -254,7 +258,7 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
 }
 
 void lull_free_local_tail(lull_heap *h, lull_span *span) {
-    if (span->parked_pages) lull_span_check_not_parked(span, span->free); /* the block freed */
+    if (span->parking) lull_span_park_absorb(span); /* the block freed */
     if (lull_span_in_full(span)) {
         lull_heap_queue_remove(&h->full, span);
         lull_span_set_in_full(span, false);
@@ -265,7 +269,7 @@ void lull_free_local_tail(lull_heap *h, lull_span *span) {
     if (lull_span_used(span) == 0)
         lull_heap_span_empty(h, span);
     else if (span->park_at && !(span->used & ~LULL_SPAN_SLOW_FREE))
-        lull_span_park_due(span);
+        lull_span_park_start(span);
 }
 
 /* Is b on one of the span's free lists? Asked by a thread that does not own

@@ -203,12 +203,9 @@ static uint32_t span_merge_remote(lull_span *span, lull_block *list) {
     LULL_RACE_POINT(LULL_RACE_COLLECT);
     uint32_t n = 1;
     lull_block *tail = list;
-    for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next) {
+    for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next)
         if (++n > span->capacity) /* without this, a double remote free hangs the owner here */
             lull_fatal_remote_double_free(cycle_entry(list));
-        if (span->parked_pages) lull_span_check_not_parked(span, next);
-    }
-    if (span->parked_pages) lull_span_check_not_parked(span, list);
     if (atomic_load_explicit(&span->remote_suspect, memory_order_relaxed)) {
         atomic_store_explicit(&span->remote_suspect, 0, memory_order_relaxed);
         check_remote_list(span, list);
@@ -216,6 +213,7 @@ static uint32_t span_merge_remote(lull_span *span, lull_block *list) {
     lull_block_set_next(tail, span->free);
     span->free = list;
     lull_span_unuse(span, n);
+    if (span->parking) lull_span_park_absorb(span);
     return n;
 }
 
@@ -249,7 +247,7 @@ static uint32_t span_collect_popped(lull_span *span) {
 static bool span_releasable(lull_span *span) {
     return lull_span_used(span) == 0 &&
            atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0 &&
-           lull_span_unpark(span);
+           lull_span_unpark(span, false);
 }
 
 /* An empty span the heap keeps is out of the reclaim thread's reach until
@@ -312,16 +310,17 @@ static bool span_empty(lull_heap *h, lull_span *span) {
     /* a span still on the remote stack is retired when it is popped */
     if (atomic_load_explicit(&span->thread_free, memory_order_acquire) & LULL_REMOTE_QUEUED)
         return false;
-    /* its pages come back whole first; a page being purged right now
-     * leaves the span in its queue, empty, until a later refill */
-    if (!lull_span_unpark(span)) return false;
     /* keep the only span of a class, within a byte budget: a thread that
      * allocates and frees one block in a loop must not trade slices with the
      * arena every time (180-220 ns a pair for 100-300 KiB blocks, against
      * 9 ns kept) */
-    if (!h->abandoned && h->queue[c].head == span && span->next == NULL &&
-        !lull_span_in_full(span) && keep_empty(h, span))
-        return false;
+    bool keep =
+        !h->abandoned && h->queue[c].head == span && span->next == NULL && !lull_span_in_full(span);
+    /* its pages come back first (and its blocks onto its list, if it may
+     * stay); a page being purged right now leaves the span in its queue,
+     * empty, until a later refill */
+    if (!lull_span_unpark(span, keep)) return false;
+    if (keep && keep_empty(h, span)) return false;
     if (lull_span_in_full(span))
         lull_heap_queue_remove(&h->full, span);
     else
@@ -388,12 +387,12 @@ static void apply_inbox(lull_heap *h) {
         lull_block_set_next(b, span->free);
         span->free = b;
         if (lull_span_put_back_one(span)) {
-            if (span->parked_pages) lull_span_check_not_parked(span, b);
+            if (span->parking) lull_span_park_absorb(span);
             if (lull_span_in_full(span)) unfull(h, span);
             if (lull_span_used(span) == 0)
                 span_empty(h, span);
             else if (span->park_at && !(span->used & ~LULL_SPAN_SLOW_FREE))
-                lull_span_park_due(span);
+                lull_span_park_start(span);
         }
         b = next;
     }
@@ -408,7 +407,7 @@ void lull_heap_collect_remote(lull_heap *h) {
         list = span->remote_next;
         span->remote_next = NULL;
         span_collect_popped(span);
-        if (lull_span_in_full(span) && span->free) unfull(h, span);
+        if (lull_span_in_full(span) && lull_span_has_free(span)) unfull(h, span);
         if (span_releasable(span)) span_empty(h, span);
     }
 }
@@ -435,7 +434,7 @@ void lull_heap_collect(lull_heap *h, bool all) {
             lull_heap_queue_remove(&h->full, s);
             lull_span_set_in_full(s, false);
             span_release(h, s);
-        } else if (s->free) {
+        } else if (lull_span_has_free(s)) {
             unfull(h, s);
         }
     }

@@ -20,6 +20,7 @@
 #include "src/size_class.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -27,24 +28,36 @@
 static _Atomic int init_state; /* 0 none, 1 running, 2 done */
 
 /* The modules' start: 0 the constructor has not run, 1 it put the start off
- * until the first allocation, 2 started (or starting: a malloc nested in a
- * module's start, or another thread's, goes on with the core alone). */
+ * until the first allocation, 2 starting, 3 started. While one thread
+ * starts them, another's first allocation waits (it holds no lull lock
+ * yet: the core reads what the start writes, the NUMA arenas and the home
+ * node function), and an allocation nested in the start (on the starting
+ * thread) goes on with the core alone. */
 static _Atomic int modules_state;
+static __thread bool tl_starting_modules __attribute__((tls_model("initial-exec")));
 
 static void start_modules(void) {
+    tl_starting_modules = true;
     lull_modules_run(LULL_MODULE_START, 0);
     lull_config_mark_started();
     lull_verbose("%s active (pid %d)",
                  "lull "
                  "0.1.0",
                  (int)getpid());
+    tl_starting_modules = false;
+    atomic_store_explicit(&modules_state, 3, memory_order_release);
 }
 
 static void start_modules_if_put_off(void) {
+    int state = atomic_load_explicit(&modules_state, memory_order_acquire);
+    if (state == 3 || state == 0 || tl_starting_modules) return;
     int expected = 1;
-    if (atomic_load_explicit(&modules_state, memory_order_relaxed) == 1 &&
-        atomic_compare_exchange_strong(&modules_state, &expected, 2))
+    if (state == 1 && atomic_compare_exchange_strong(&modules_state, &expected, 2)) {
         start_modules();
+        return;
+    }
+    while (atomic_load_explicit(&modules_state, memory_order_acquire) == 2)
+        sched_yield();
 }
 
 static void init_core(void);

@@ -48,10 +48,11 @@ static void add_class(uint32_t size) {
     c->span_slices = span_slices_for(size);
     c->capacity = (uint32_t)(c->span_slices * LULL_SLICE_SIZE / size);
     c->div_magic = UINT64_MAX / size + 1;
-    /* a pass costs a walk of the span: every 32nd of it, so that the
-     * frees between two passes pay for it */
-    c->park_start = park_start_for(size, c->capacity);
-    c->park_step = c->capacity / 32 ? c->capacity / 32 : 1;
+    /* src/span_park.h: one block holds the span's free bitmap and page
+     * counts while it parks, in spans of at most 64 slices */
+    size_t meta =
+        ((size_t)c->capacity + 63) / 64 * 8 + (size_t)c->span_slices * LULL_PAGES_PER_SLICE;
+    c->park_start = meta <= size && c->span_slices <= 64 ? park_start_for(size, c->capacity) : 0;
 }
 
 void lull_size_classes_init(void) {

@@ -13,10 +13,9 @@ typedef struct lull_class_info {
     uint16_t span_slices;
     uint32_t capacity;  /* blocks per span */
     uint64_t div_magic; /* ceil(2^64 / block_size): span.h's lull_block_misaligned */
-    /* src/span_park.c: a full span's first park is due when its count of
-     * blocks in use falls to park_start, the next ones every park_step
-     * blocks below; 0: never */
-    uint32_t park_start, park_step;
+    /* src/span_park.c: a span that was full starts parking when its count
+     * of blocks in use falls to park_start; 0: never */
+    uint32_t park_start;
 } lull_class_info;
 
 extern lull_class_info lull_classes[LULL_CLASSES];

@@ -28,12 +28,17 @@ static inline bool lull_span_in_full(const lull_span *s) {
     return s->in_full;
 }
 
-/* LULL_SPAN_SLOW_FREE follows in_full and parked_pages. */
+/* LULL_SPAN_SLOW_FREE follows in_full and parking. */
 static inline void lull_span_update_slow(lull_span *s) {
-    if (s->in_full || s->parked_pages)
+    if (s->in_full || s->parking)
         s->used |= LULL_SPAN_SLOW_FREE;
     else
         s->used &= ~LULL_SPAN_SLOW_FREE;
+}
+
+/* Has free blocks for malloc: on its list, or recorded while parking. */
+static inline bool lull_span_has_free(const lull_span *s) {
+    return s->free || s->parking;
 }
 
 static inline void lull_span_set_in_full(lull_span *s, bool on) {

@@ -1,26 +1,34 @@
-/* Parked pages, the owner's side (docs/architecture.md, "Parked pages"):
- * when a span that was full thins out, its owner takes the pages that only
- * free blocks overlap off its free list and parks them (numa/page_park.h);
- * the reclaim thread purges them after the purge delay, while the span
- * stays in use; the owner takes them back when the span runs out of free
- * blocks or empties. Invariant: a block that overlaps a page not NONE is
- * free and on no list, and is threaded again only once every page it
- * overlaps is NONE. Only the span's owner calls these. */
+/* Parked pages, the owner's side (docs/architecture.md, "Parked pages").
+ * A span that was full and thins out to its class's park_start starts
+ * parking: its free list is dissolved into a free bitmap and per-page live
+ * counts, kept in its segment's metadata (classes of 112 bytes and more:
+ * src/size_class.c checks that they fit), and from then on
+ * each free into it (every one takes the slow path) sets the block's bit
+ * and, when a page's live count falls to zero, parks the page
+ * (numa/page_park.h), which the reclaim thread purges after the purge
+ * delay while the span stays in use. The owner stops parking (takes every
+ * page back, threads the free blocks again) when it refills from the span
+ * or empties it. Invariant: while parking, the span's free blocks are
+ * exactly the bitmap's, none is on a list, and a parked page holds free
+ * blocks only. Only the span's owner calls these. */
 #ifndef LULL_SPAN_PARK_H
 #define LULL_SPAN_PARK_H
 
 #include "base/types.h"
 
-/* The span went on its heap's full list: its first park is due when its
- * count in use falls to its class's park_start. */
+/* The span went on its heap's full list: parking starts when its count in
+ * use falls to its class's park_start. */
 void lull_span_park_arm(lull_span *s);
-/* A free brought the count to park_at: park what can be, arm the next. */
-void lull_span_park_due(lull_span *s);
-/* Take back every parked page the reclaim thread is not purging at this
- * moment and thread their blocks; true when no page stays parked. */
-bool lull_span_unpark(lull_span *s);
-/* A free of b, which overlaps a parked page (a double free: only free
- * blocks are there): aborts naming it. */
-void lull_span_check_not_parked(const lull_span *s, const lull_block *b);
+/* A free brought the count to park_at: start parking. */
+void lull_span_park_start(lull_span *s);
+/* While parking: every block on the span's list (just freed: the free
+ * paths push before the slow path runs) goes into the bitmap, and pages
+ * left with no live block are parked. Aborts on a double free. */
+void lull_span_park_absorb(lull_span *s);
+/* Stop parking: take every page back and, if `thread`, put the free blocks
+ * back on the list (not for a span about to be released). False, and the
+ * span goes on parking, when the reclaim thread is purging one of its
+ * pages at this moment. True at once for a span that is not parking. */
+bool lull_span_unpark(lull_span *s, bool thread);
 
 #endif
