@@ -5,7 +5,8 @@
  * process of its own: lull's operators resolve, every form allocates with
  * its alignment and frees, failure follows the standard (nullptr, bad_alloc,
  * the new_handler and its retry), and a sized delete with the wrong size
- * aborts with lull's message naming the block.
+ * aborts with lull's message naming the block; and a C++ plugin of a C
+ * program gets the same (tests/cxx/plugin.cc).
  *
  * Only in LULL_OVERRIDE builds: elsewhere a sanitizer (or libstdc++) owns
  * the operators. */
@@ -254,4 +255,22 @@ Test(cxx_operators, sized_delete_array_with_the_wrong_size_aborts) {
 
 Test(cxx_operators, sized_aligned_delete_with_the_wrong_size_aborts) {
     aborts("wrong_size_aligned", "operator delete");
+}
+
+/* A C program linked with liblull.so loads a C++ plugin (RTLD_LOCAL):
+ * libstdc++ comes after lull's weak references to it were bound, into a
+ * local scope, and the plugin's new still throws, calls its handler and
+ * returns nullptr as the standard says (tests/cxx/plugin.cc). */
+Test(cxx_operators, a_cxx_plugin_of_a_c_program) {
+    REQUIRE_OPERATORS();
+    char host[4096], plugin[4096];
+    snprintf(host, sizeof host, "%s/tests/cxx_plugin_host", LULL_BUILD_DIR);
+    snprintf(plugin, sizeof plugin, "%s/tests/cxx_plugin.so", LULL_BUILD_DIR);
+    cr_assert_eq(access(host, X_OK), 0, "%s was not built", host);
+    const char *argv[] = {host, plugin, NULL};
+    run_result *r = malloc(sizeof *r);
+    run(argv, r);
+    cr_expect(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0 && !strcmp(r->out, "ok plugin\n"),
+              "status %#x, stdout '%s', stderr '%s'", r->status, r->out, r->err);
+    free(r);
 }
