@@ -178,9 +178,13 @@ LULL_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignme
 
 /* The sized forms check the size as free_sized() does (the alignment too:
  * an aligned block's class is the first whose blocks have it). */
-static inline void delete_sized(const char *who, void *p, size_t size, size_t alignment) {
-    if (!p) return;
-    lull_check_sized_free(who, p, alignment <= 8 ? 1 : alignment, size);
+__attribute__((always_inline)) static inline void delete_sized(const char *who, void *p,
+                                                               size_t size, size_t alignment) {
+    if (alignment <= 8) {
+        lull_free_sized_inline(who, p, size);
+        return;
+    }
+    if (p) lull_check_sized_free(who, p, alignment, size);
     lull_free_inline(p);
 }
 

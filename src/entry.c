@@ -106,10 +106,14 @@ LULL_EXPORT int lull_posix_memalign(void **out, size_t alignment, size_t size) {
     return 0;
 }
 
-LULL_EXPORT void lull_free_sized(void *p, size_t size) {
+__attribute__((noinline)) void lull_free_sized_slow(const char *who, void *p, size_t size) {
     if (!p) return;
-    lull_check_sized_free("free_sized()", p, 1, size);
+    lull_check_sized_free(who, p, 1, size);
     lull_free_inline(p);
+}
+
+LULL_EXPORT void lull_free_sized(void *p, size_t size) {
+    lull_free_sized_inline("free_sized()", p, size);
 }
 
 LULL_EXPORT void lull_free_aligned_sized(void *p, size_t alignment, size_t size) {
