@@ -106,38 +106,19 @@ LULL_EXPORT int lull_posix_memalign(void **out, size_t alignment, size_t size) {
     return 0;
 }
 
-/* The class (or large/huge kind) a request of this size and alignment gets,
- * compared with the block's: a sized free that names the wrong size is a
- * caller bug that would otherwise corrupt accounting silently. */
-static void check_size(void *p, size_t alignment, size_t size) {
-    size_t usable = lull_usable_size(p);
-    if (size > usable)
-        lull_fatal("free_sized(): size %zu is larger than block %p (%zu usable bytes)", size, p,
-                   usable);
-    lull_segment *seg = lull_segment_of(p);
-    if (lull_aligned_huge_of(p) || seg->magic != LULL_SEGMENT_MAGIC) return;
-    lull_span *span = lull_span_of(seg, p);
-    if (span->kind != LULL_SPAN_SMALL) return;
-    size_t asked = size < alignment ? alignment : size;
-    unsigned c = lull_class_of(asked);
-    while (c < lull_class_count && lull_classes[c].block_size % alignment)
-        c++;
-    /* a shrinking realloc keeps the block when the new size is at least
-     * half of it (lull_realloc): free_sized() then gets that size */
-    if (c != span->size_class && size < usable / 2)
-        lull_fatal("free_sized(): size %zu does not match block %p of %u bytes", size, p,
-                   span->block_size);
+__attribute__((noinline)) void lull_free_sized_slow(const char *who, void *p, size_t size) {
+    if (!p) return;
+    lull_check_sized_free(who, p, 1, size);
+    lull_free_inline(p);
 }
 
 LULL_EXPORT void lull_free_sized(void *p, size_t size) {
-    if (!p) return;
-    check_size(p, 1, size);
-    lull_free_inline(p);
+    lull_free_sized_inline("free_sized()", p, size);
 }
 
 LULL_EXPORT void lull_free_aligned_sized(void *p, size_t alignment, size_t size) {
     if (!p) return;
-    check_size(p, alignment <= 8 ? 1 : alignment, size);
+    lull_check_sized_free("free_aligned_sized()", p, alignment <= 8 ? 1 : alignment, size);
     lull_free_inline(p);
 }
 

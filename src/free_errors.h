@@ -1,6 +1,7 @@
 /* The aborts of invalid frees that more than one path reports (the free
- * paths of alloc.c, the owner's collection in heap.c): one message each,
- * naming the address. */
+ * paths of alloc.c, the owner's collection in heap.c, the sized frees of
+ * entry.c and of the C++ operators): one message each, naming the
+ * address. */
 #ifndef LULL_FREE_ERRORS_H
 #define LULL_FREE_ERRORS_H
 
@@ -12,5 +13,10 @@ __attribute__((noreturn, cold)) void lull_fatal_remote_double_free(const void *p
 /* free() of a pointer inside a small block, not at its start: names it and
  * the block. */
 __attribute__((noreturn, cold)) void lull_fatal_misaligned(const void *p, const lull_span *span);
+/* A sized free (free_sized(), a sized operator delete) whose size a
+ * request of that size and alignment (1 for none) would not have been given
+ * this block for: aborts, `who` naming the call. A wrong size is a caller
+ * bug that would otherwise corrupt accounting silently. */
+void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t size);
 
 #endif

@@ -766,15 +766,20 @@ Test(preload, cxx_newdelete) {
 
 /* The dynamic linker's own account: with LD_DEBUG=bindings it logs, for each
  * symbol it resolves, which object supplied it. Every allocator entry point
- * the program and libc use must come from the library, none from libc.
- * LD_BIND_NOW makes the main thread resolve every symbol at start-up: with
- * lazy binding the worker threads race to resolve them, and a CI run once
- * missed a binding line that way. */
-Test(preload, allocator_symbols_bind_to_the_library) {
-    REQUIRE_PRELOADABLE_BUILD();
-    char prog[PATH_MAX];
-    built_program(prog, sizeof prog, "threaded_churn");
-    const char *const argv[] = {prog, "2", "50", NULL};
+ * the program and its libraries use must come from the library, none from
+ * libc or libstdc++. LD_BIND_NOW makes the main thread resolve every symbol
+ * at start-up: with lazy binding the worker threads race to resolve them,
+ * and a CI run once missed a binding line that way. */
+struct bindings {
+    const char *const *syms; /* in: the symbols to check */
+    size_t nsyms;
+    const char *from; /* in: a library whose bindings of syms[0] must be seen, e.g. "/libc.so.6" */
+    bool prog_bound[16]; /* out: the program's binding of syms[i] was logged */
+    bool from_bound;     /* out: the library's binding of syms[0] was logged */
+};
+
+static void check_bindings(const char *prog, const char *const *argv, struct bindings *b) {
+    cr_assert_leq(b->nsyms, sizeof b->prog_bound / sizeof b->prog_bound[0]);
     char out_env[PATH_MAX + 32];
     snprintf(out_env, sizeof out_env, "LD_DEBUG_OUTPUT=%s/ld", tmp_dir());
     const char *const env[] = {"LD_DEBUG=bindings", "LD_BIND_NOW=1", out_env, NULL};
@@ -796,12 +801,8 @@ Test(preload, allocator_symbols_bind_to_the_library) {
     closedir(d);
     cr_assert(log != NULL, "no LD_DEBUG log: LD_DEBUG is not honoured here");
 
-    static const char *const syms[] = {"malloc",   "free",           "calloc",
-                                       "realloc",  "posix_memalign", "aligned_alloc",
-                                       "memalign", "valloc",         "malloc_usable_size"};
-    const size_t nsyms = sizeof syms / sizeof syms[0];
-    bool prog_bound[sizeof syms / sizeof syms[0]] = {false};
-    bool libc_malloc_bound = false;
+    char from[64];
+    snprintf(from, sizeof from, "%s [", b->from);
     for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
         char *bf = strstr(line, "binding file ");
         if (!bf) continue;
@@ -810,26 +811,67 @@ Test(preload, allocator_symbols_bind_to_the_library) {
         if (!to || !sym) continue;
         sym += strlen(": normal symbol `");
         size_t symlen = strcspn(sym, "'");
-        for (size_t i = 0; i < nsyms; i++) {
-            if (strlen(syms[i]) != symlen || strncmp(sym, syms[i], symlen) != 0) continue;
+        for (size_t i = 0; i < b->nsyms; i++) {
+            if (strlen(b->syms[i]) != symlen || strncmp(sym, b->syms[i], symlen) != 0) continue;
             char *dest = to + 5;
             size_t destlen = strcspn(dest, " ");
             char destpath[PATH_MAX], destreal[PATH_MAX];
             snprintf(destpath, sizeof destpath, "%.*s", (int)destlen, dest);
             if (!realpath(destpath, destreal)) snprintf(destreal, sizeof destreal, "%s", destpath);
             cr_assert_str_eq(destreal, g_lib_real, "%s bound to %s, not to the library: %s",
-                             syms[i], destpath, line);
+                             b->syms[i], destpath, line);
             bf += strlen("binding file ");
-            if (!strncmp(bf, prog, strlen(prog)) && bf[strlen(prog)] == ' ') prog_bound[i] = true;
-            if (strstr(bf, "/libc.so.6 [") && i == 0) libc_malloc_bound = true;
+            if (!strncmp(bf, prog, strlen(prog)) && bf[strlen(prog)] == ' ')
+                b->prog_bound[i] = true;
+            if (strstr(bf, from) && i == 0) b->from_bound = true;
         }
     }
-    for (size_t i = 0; i < nsyms; i++)
-        cr_expect(prog_bound[i], "no binding of the program's %s was logged (program %s, log %s)",
-                  syms[i], prog, tmp_dir());
-    cr_expect(libc_malloc_bound, "libc's own malloc calls are not bound to the library");
+    for (size_t i = 0; i < b->nsyms; i++)
+        cr_expect(b->prog_bound[i],
+                  "no binding of the program's %s was logged (program %s, log %s)", b->syms[i],
+                  prog, tmp_dir());
+    cr_expect(b->from_bound, "%s's own %s calls are not bound to the library", b->from, b->syms[0]);
     free(log);
     run_free(&r);
+}
+
+Test(preload, allocator_symbols_bind_to_the_library) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX];
+    built_program(prog, sizeof prog, "threaded_churn");
+    const char *const argv[] = {prog, "2", "50", NULL};
+    static const char *const syms[] = {"malloc",   "free",           "calloc",
+                                       "realloc",  "posix_memalign", "aligned_alloc",
+                                       "memalign", "valloc",         "malloc_usable_size"};
+    struct bindings b = {.syms = syms, .nsyms = sizeof syms / sizeof syms[0], .from = "/libc.so.6"};
+    check_bindings(prog, argv, &b);
+    g_passed = true;
+}
+
+/* A C++ program's new and delete, plain, array, sized, aligned and nothrow,
+ * come from the library (src/cxx_operators.c), and so do libstdc++'s own
+ * calls of operator new. */
+Test(preload, cxx_operators_bind_to_the_library) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX];
+    built_program(prog, sizeof prog, "cxx_newdelete");
+    const char *const argv[] = {prog, "2", "20", NULL};
+    static const char *const syms[] = {"_Znwm",
+                                       "_Znam",
+                                       "_ZnwmRKSt9nothrow_t",
+                                       "_ZnwmSt11align_val_t",
+                                       "_ZnamSt11align_val_t",
+                                       "_ZdlPv",
+                                       "_ZdaPv",
+                                       "_ZdlPvm",
+                                       "_ZdaPvm",
+                                       "_ZdlPvSt11align_val_t",
+                                       "_ZdlPvmSt11align_val_t",
+                                       "_ZdaPvmSt11align_val_t",
+                                       "_ZdlPvRKSt9nothrow_t"};
+    struct bindings b = {
+        .syms = syms, .nsyms = sizeof syms / sizeof syms[0], .from = "/libstdc++.so.6"};
+    check_bindings(prog, argv, &b);
     g_passed = true;
 }
 
