@@ -211,13 +211,19 @@ typedef struct lull_outbox_slot {
 } lull_outbox_slot;
 
 /* What src/defrag.c knows of one size class of a heap: the non-full spans
- * (the class's queue), the blocks in use in them, and the span blocks move
- * to (the densest with a free block). Valid while `epoch` is its heap's
- * defrag_epoch, which moves on whenever the heap allocated or freed behind
- * defrag's back. Owner only. */
+ * (the class's queue), the blocks in use in them and their resident pages
+ * (touched and not parked), and the spans blocks move to (the densest with
+ * a free block). Valid while `epoch` is its heap's defrag_epoch, which
+ * moves on whenever the heap allocated or freed behind defrag's back.
+ * Owner only. */
+#define LULL_DEFRAG_TARGETS 4
 typedef struct lull_defrag_view {
-    struct lull_span *target;
+    /* the densest spans with a free block at the walk, densest first: the
+     * next is taken when the first runs out, without a walk */
+    struct lull_span *target[LULL_DEFRAG_TARGETS];
+    uint32_t target_used[LULL_DEFRAG_TARGETS]; /* their blocks in use at the walk */
     uint64_t used;
+    uint64_t pages;
     uint32_t spans;
     uint32_t epoch; /* 0: never valid */
 } lull_defrag_view;

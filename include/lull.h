@@ -86,9 +86,11 @@ LULL_EXPORT int lull_thread_set_node(int node);
 /* Active defragmentation (docs/defrag.md), as Redis and Valkey run it on
  * jemalloc: scan your own pointers in short steps, ask which blocks sit in
  * sparse spans, and move those. A block moves only if its span is not the
- * current span of its class, is not full, and is used at most 1.125 times
- * the average of its class's non-full spans (Redis's rule), and only into
- * the densest span of the class that has a free block. */
+ * current span of its class and is not full, and it is used at most 1.125
+ * times the average of its class's non-full spans (Redis's rule; for
+ * blocks of 256 B to 2 KiB, its page against the class's resident pages:
+ * lull gives back the pages of a span in use), and only into the densest
+ * span of the class that has a free block. */
 typedef struct lull_defrag_info {
     size_t block_size;  /* usable bytes of the block; 0 for a pointer that is not one */
     size_t span_free;   /* free blocks in its span (large and huge: 0) */

@@ -1,30 +1,36 @@
 /* Defragmentation: lull_defrag_query() tells how full a block's span and
- * its size class are, lull_defrag_move() moves a block out of a sparse span
- * into a dense one, so that sparse spans empty and go back (docs/defrag.md).
+ * its size class are and whether moving it would help, lull_defrag_move()
+ * moves it out of a sparse span or page into a dense span, so that sparse
+ * pages are parked and sparse spans empty and go back (docs/defrag.md).
  *
  * The rule is Redis's (its jemalloc fork's je_get_defrag_hint, and Valkey's
  * makeDefragDecision over experimental.utilization.batch_query): a block
- * moves only if its span is not the current span of its class, is not
- * full, and is used at most 1.125 times as much as the average of its
- * class's non-full spans; and it moves to the densest span of the class
- * that has a free block (the view's target), which is never the block's own
- * span and never one that the rule empties (the target is never a source).
+ * moves only if its span is not the current span of its class and is not
+ * full, and it is used at most 1.125 times as much as the average of its
+ * class's non-full spans. For blocks of 256 B to 2 KiB the same rule is
+ * applied to the block's page (below, page_rule): jemalloc's slabs of those
+ * bins are one to a few pages, and lull gives back pages of a span that
+ * stays in use. A block moves to the densest span of its class that has a
+ * free block (the view's first target), never its own span, and never out
+ * of that target: the target is never a source.
  *
  * Invariant: only a heap's owner walks its queues and pops from its spans,
  * so a block of another thread's heap is judged from its span alone (racy
- * reads of one descriptor, which segments never unmap) and moves into the
- * calling thread's heap; its old block is then a remote free like any other.
+ * reads of one descriptor, which segments never unmap) against the caller's
+ * own heap, and moves into it; its old block is then a remote free like
+ * any other.
  *
  * Walking a class's queue costs a visit per span, so each heap keeps a view
  * per class (base/types.h, lull_defrag_view), taken at a walk and kept while
- * the heap does nothing but defrag moves: any malloc or free of the heap
- * behind defrag's back (its allocs, frees, spans taken or returned moved)
- * makes every view stale. A server's active defrag runs in steps between
- * requests, so a step pays one walk per class it touches, plus one each
- * time a target runs out of free blocks. */
+ * the heap does nothing but defrag moves, which update it: any malloc or
+ * free of the heap behind defrag's back (its allocs, frees, spans taken or
+ * returned moved) makes every view stale. A server's active defrag runs in
+ * steps between requests, so a step pays one walk per class it touches,
+ * plus one each time the few densest spans of the walk have filled up. */
 #include "lull.h"
 #include "src/alloc.h"
 #include "numa/page_park.h"
+#include "src/span_park.h"
 
 #include <errno.h>
 #include <string.h>
@@ -111,43 +117,119 @@ static void views_check(lull_heap *h) {
     h->defrag_returned = h->spans_returned;
 }
 
-/* Walk class c's queue: its spans that are not full (a full span stays
- * in the queue until a refill passes it), the blocks in use in them, and
- * the densest span with a free block on its list (blocks on parked pages
- * and never carved are not taken: that would fault pages in). */
-static lull_defrag_view *view_walk(lull_heap *h, unsigned c) {
-    lull_defrag_view *v = &h->defrag[c];
-    uint64_t used = 0;
-    uint32_t spans = 0, best_used = 0;
-    lull_span *best = NULL;
-    for (lull_span *s = h->queue[c].head; s; s = s->next) {
-        uint32_t u = lull_span_used(s);
-        if (u >= s->capacity) continue;
-        used += u;
-        spans++;
-        if (s->free && (!best || u > best_used)) {
-            best = s;
-            best_used = u;
-        }
-    }
-    *v = (lull_defrag_view){.target = best, .used = used, .spans = spans, .epoch = h->defrag_epoch};
-    return v;
-}
-
-/* The view of class c of the calling thread's heap h, walked again if it is
- * stale or its target has run out of listed free blocks. */
-static lull_defrag_view *view_of(lull_heap *h, unsigned c) {
-    views_check(h);
-    lull_defrag_view *v = &h->defrag[c];
-    if (v->epoch != h->defrag_epoch || (v->target && !v->target->free)) v = view_walk(h, c);
-    return v;
-}
-
 /* Redis's rule: used / capacity <= 1.125 x the class's average over its
  * non-full spans, i.e. used * spans * 8 <= 9 * class_used (every span of
  * a class has the same capacity). */
 static bool sparse_enough(uint32_t used, const lull_defrag_view *v) {
     return (uint64_t)used * v->spans * 8 <= 9 * v->used;
+}
+
+static uint64_t resident_pages(const lull_span *s) {
+    size_t touched = LULL_PAGES_OF((size_t)s->carved * s->block_size) / LULL_PAGE_SIZE;
+    return touched > s->parked_pages ? touched - s->parked_pages : 0;
+}
+
+/* Walk class c's queue: its spans that are not full (a full span stays
+ * in the queue until a refill passes it), the blocks in use in them and
+ * their resident pages, and the densest spans with a free block on their
+ * list (blocks on parked pages and never carved are not taken: that would
+ * fault pages in). */
+static lull_defrag_view *view_walk(lull_heap *h, unsigned c) {
+    lull_defrag_view *v = &h->defrag[c];
+    uint64_t used = 0, pages = 0;
+    uint32_t spans = 0, best_used[LULL_DEFRAG_TARGETS] = {0};
+    lull_span *best[LULL_DEFRAG_TARGETS] = {0};
+    for (lull_span *s = h->queue[c].head; s; s = s->next) {
+        uint32_t u = lull_span_used(s);
+        if (u >= s->capacity) continue;
+        used += u;
+        spans++;
+        pages += resident_pages(s);
+        if (!s->free) continue;
+        /* insert into the densest few, densest first (first seen wins a tie) */
+        unsigned i = LULL_DEFRAG_TARGETS;
+        while (i > 0 && (!best[i - 1] || u > best_used[i - 1]))
+            i--;
+        if (i == LULL_DEFRAG_TARGETS) continue;
+        for (unsigned j = LULL_DEFRAG_TARGETS - 1; j > i; j--) {
+            best[j] = best[j - 1];
+            best_used[j] = best_used[j - 1];
+        }
+        best[i] = s;
+        best_used[i] = u;
+    }
+    *v = (lull_defrag_view){.used = used, .pages = pages, .spans = spans, .epoch = h->defrag_epoch};
+    memcpy(v->target, best, sizeof best);
+    memcpy(v->target_used, best_used, sizeof best_used);
+    return v;
+}
+
+/* A span kept from the walk can still take blocks: it is still this
+ * heap's span of class c, in its queue, with a listed free block, and no
+ * move drained it meanwhile (only the first is never a source). Within an
+ * epoch only defrag's own moves changed the heap, and those release at most
+ * sources (a released span is another heap's or no one's, or in no class:
+ * taking it again would have taken an allocation, a new epoch). */
+static bool target_ok(const lull_heap *h, unsigned c, const lull_defrag_view *v, unsigned i) {
+    const lull_span *s = v->target[i];
+    return s && atomic_load_explicit(&s->heap, memory_order_relaxed) == h &&
+           s->kind == LULL_SPAN_SMALL && s->size_class == c && !s->in_full && s->free &&
+           lull_span_used(s) >= v->target_used[i];
+}
+
+/* The view of class c of the calling thread's heap h, walked again if it is
+ * stale or all the spans it kept have run out of listed free blocks. */
+static lull_defrag_view *view_of(lull_heap *h, unsigned c) {
+    views_check(h);
+    lull_defrag_view *v = &h->defrag[c];
+    if (v->epoch != h->defrag_epoch) return view_walk(h, c);
+    if (!v->target[0] || v->target[0]->free) return v;
+    for (unsigned i = 1; i < LULL_DEFRAG_TARGETS; i++)
+        if (target_ok(h, c, v, i)) {
+            v->target[0] = v->target[i];
+            for (unsigned j = 1; j <= i; j++) /* the ones passed over are done */
+                v->target[j] = NULL;
+            return v;
+        }
+    return view_walk(h, c);
+}
+
+/* Blocks of 256 B to 2 KiB, 2 to 16 to a page: a span gives back each
+ * page that no live block overlaps (parked pages), so what costs memory is
+ * a sparse page, not a sparse span, and the rule is applied to the block's
+ * page: live blocks on it at most 1.125 x the class's average over its
+ * resident pages. A page of 4 blocks after 3 in 4 were freed at random is
+ * far more often sparse than a span of 64 (42 % of pages hold one block,
+ * while spans hold 16 +- 3.5 of 64): the pages that free up with fewest
+ * moves go first. Smaller blocks keep the span rule (a page of them is
+ * about as full as its span, and counting it would read too many blocks);
+ * larger ones too (a block is a page or more). */
+#define PAGE_RULE_MIN 256
+#define PAGE_RULE_MAX 2048
+
+static bool page_rule(const lull_span *span) {
+    return span->block_size >= PAGE_RULE_MIN && span->block_size <= PAGE_RULE_MAX;
+}
+
+/* Live blocks that start on p's page, p included: a block's first word
+ * tells whether it is free (a free block's is a link into its own segment:
+ * lull_block_looks_free, the test free() makes), without a walk of the
+ * list. The owner's own span only: its free blocks are its own, and p's
+ * page is NONE (p is live), so no block read here is on a purged page. A
+ * live block whose data looks like a link counts as free: only a hint. */
+__attribute__((no_sanitize("thread"))) static uint32_t page_live(const lull_span *span,
+                                                                 const void *p) {
+    const uint8_t *start = lull_span_start(span);
+    size_t bs = span->block_size, off = (size_t)((const uint8_t *)p - start);
+    size_t page = off / LULL_PAGE_SIZE * LULL_PAGE_SIZE;
+    size_t first = (page + bs - 1) / bs, end = (page + LULL_PAGE_SIZE + bs - 1) / bs;
+    if (end > span->carved) end = span->carved;
+    uint32_t live = 0;
+    for (size_t i = first; i < end; i++) {
+        const lull_block *b = (const lull_block *)(start + i * bs);
+        live += b == p || !lull_block_looks_free(b);
+    }
+    return live;
 }
 
 /* Racy reads of another heap's span: what its owner last wrote. */
@@ -172,7 +254,7 @@ static uint32_t span_used(const lull_span *span, const lull_heap *h) {
 
 /* Where the block would go, or NULL when moving it does not help. h is the
  * calling thread's heap (not the empty one); span's owner may be another. */
-static lull_span *move_target(lull_heap *h, lull_span *span) {
+static lull_span *move_target(lull_heap *h, lull_span *span, const void *p, uint32_t *on_page) {
     unsigned c = span->size_class;
     lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
     lull_defrag_view *v = view_of(h, c);
@@ -183,14 +265,22 @@ static lull_span *move_target(lull_heap *h, lull_span *span) {
                       * queues are not ours to walk */
     }
     uint32_t used = span_used(span, h);
-    lull_span *t = v->target;
-    if (!t || t == span || used >= span->capacity || !sparse_enough(used, v)) return NULL;
+    lull_span *t = v->target[0];
+    if (!t || t == span || used >= span->capacity) return NULL;
+    if (owner == h && page_rule(span)) {
+        uint32_t live = page_live(span, p);
+        if ((uint64_t)live * v->pages * 8 > 9 * v->used) return NULL;
+        if (on_page) *on_page = live;
+    } else if (!sparse_enough(used, v)) {
+        return NULL;
+    }
     /* the target is at least as dense: it ends denser than the source */
     if (lull_span_used(t) < used) return NULL;
     return t;
 }
 
-static void fill_info(lull_defrag_info *o, const lull_defrag_block *b, lull_heap *h) {
+static void fill_info(lull_defrag_info *o, const void *p, const lull_defrag_block *b,
+                      lull_heap *h) {
     *o = (lull_defrag_info){.block_size = b->size};
     if (b->large) {
         o->span_total = 1;
@@ -202,7 +292,7 @@ static void fill_info(lull_defrag_info *o, const lull_defrag_block *b, lull_heap
         h != &lull_heap_empty && atomic_load_explicit(&span->heap, memory_order_relaxed) == h;
     o->owned_by_caller = mine;
     o->span_total = span->capacity;
-    o->moved_would_help = h != &lull_heap_empty && move_target(h, span) != NULL;
+    o->moved_would_help = h != &lull_heap_empty && move_target(h, span, p, NULL) != NULL;
     o->span_free = span->capacity - span_used(span, h);
     if (mine) { /* view_of() ran in move_target: the view is current */
         const lull_defrag_view *v = &h->defrag[span->size_class];
@@ -225,7 +315,7 @@ LULL_EXPORT int lull_defrag_query(const void *const *ptrs, size_t n, lull_defrag
             bad = true;
             continue;
         }
-        fill_info(&out[i], &b, h);
+        fill_info(&out[i], ptrs[i], &b, h);
     }
     if (bad) {
         errno = EINVAL;
@@ -234,8 +324,9 @@ LULL_EXPORT int lull_defrag_query(const void *const *ptrs, size_t n, lull_defrag
     return 0;
 }
 
-/* Pop a block from the target, as malloc does from its current span. */
-static void *pop_from(lull_heap *h, lull_span *t) {
+/* Pop a block from the target, as malloc does from its current span; a
+ * target that fills up leaves the class's non-full figures. */
+static void *pop_from(lull_heap *h, lull_span *t, lull_defrag_view *v) {
     lull_block *b = t->free;
     t->free = lull_block_next(b);
     t->used++;
@@ -243,6 +334,14 @@ static void *pop_from(lull_heap *h, lull_span *t) {
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
     b->next_encoded = 0; /* see lull_malloc_inline */
 #endif
+    if (lull_span_used(t) >= t->capacity && v->spans) {
+        v->spans--;
+        /* the sum counts t at its capacity now (a move leaves it unchanged:
+         * one block more in t, one fewer in the source) */
+        v->used -= t->capacity < v->used ? t->capacity : v->used;
+        uint64_t pg = resident_pages(t);
+        v->pages -= pg < v->pages ? pg : v->pages;
+    }
     return b;
 }
 
@@ -257,22 +356,38 @@ LULL_EXPORT void *lull_defrag_move(void *p) {
     lull_span *span = b.span;
     unsigned c = span->size_class;
     bool mine = atomic_load_explicit(&span->heap, memory_order_relaxed) == h;
-    lull_span *t = move_target(h, span);
+    uint32_t on_page = 0;
+    lull_span *t = move_target(h, span, p, &on_page);
     if (!t) return p;
-    void *q = pop_from(h, t);
+    lull_defrag_view *v = &h->defrag[c];
+    void *q = pop_from(h, t, v);
     memcpy(q, p, span->block_size);
+    /* A span the span rule drains is parked every 32nd of its capacity
+     * (span_park.c), a walk of its list each time, for pages of small
+     * blocks that free up only as it nears empty: parked at each halving
+     * instead (a tenth of the defrag loop's time went to those walks). */
+    if (mine && !page_rule(span) && span->park_at) {
+        uint32_t half = lull_span_used(span) / 2;
+        if (span->park_at > half) lull_span_set_park_at(span, half);
+    }
     uint64_t returned = h->spans_returned;
+    uint64_t pages_before = mine ? resident_pages(span) : 0;
     lull_free_inline(p); /* local, or a remote free to p's owner */
+    /* p was the last live block starting on its page: park the page now,
+     * not when the span's count next reaches its park_at (a span thinned
+     * by moves stayed resident: the ratio stopped at 1.21, not 1.10) */
+    bool alive = mine && atomic_load_explicit(&span->heap, memory_order_relaxed) == h;
+    if (on_page == 1 && alive && lull_span_used(span)) lull_span_park_now(span);
     /* The view stays right if the heap did only what it expects: one block
      * allocated and one freed (the class's count in use unchanged, or one
-     * more for a block that came from another heap), and at most p's span
-     * went back. Anything else: views_check() starts a new epoch. */
-    lull_defrag_view *v = &h->defrag[c];
+     * more for a block that came from another heap), the pages the free or
+     * the park above parked out of the resident ones, and at most p's span
+     * gone back. Anything else: views_check() starts a new epoch. */
     if (!mine) v->used++;
+    uint64_t gone = mine ? pages_before - (alive ? resident_pages(span) : 0) : 0;
+    v->pages -= gone < v->pages ? gone : v->pages;
     if (h->spans_returned != returned) {
-        if (!mine || h->spans_returned != returned + 1 ||
-            atomic_load_explicit(&span->heap, memory_order_relaxed) == h || !v->spans)
-            return q;
+        if (!mine || alive || h->spans_returned != returned + 1 || !v->spans) return q;
         v->spans--;
     }
     h->defrag_allocs = h->allocs;

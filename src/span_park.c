@@ -123,6 +123,10 @@ void lull_span_park_due(lull_span *s) {
     lull_span_set_park_at(s, s->park_at > step ? s->park_at - step : 0);
 }
 
+void lull_span_park_now(lull_span *s) {
+    if (!s->kept) park_free_pages(s);
+}
+
 bool lull_span_unpark(lull_span *s) {
     if (!s->parked_pages) return true;
     lull_segment *seg = lull_segment_of(s);

@@ -16,6 +16,9 @@
 void lull_span_park_arm(lull_span *s);
 /* A free brought the count to park_at: park what can be, arm the next. */
 void lull_span_park_due(lull_span *s);
+/* Park now what can be, whether or not a park is due (defrag.c, after a
+ * move emptied a page); a kept span is left alone, as it is never armed. */
+void lull_span_park_now(lull_span *s);
 /* Take back every parked page the reclaim thread is not purging at this
  * moment and thread their blocks; true when no page stays parked. */
 bool lull_span_unpark(lull_span *s);

@@ -430,16 +430,22 @@ Test(defrag, a_block_of_another_heap_moves_into_the_callers) {
 #define TABLE 12288
 static const size_t table_sizes[3] = {64, 256, 1024};
 
-/* Bytes of the small spans of the calling thread's heap (queues and full
- * list), over the usable bytes of the blocks in use in them. */
+/* Resident bytes of the small spans of the calling thread's heap (queues
+ * and full list: pages touched and not parked), over the usable bytes of
+ * the blocks in use in them. */
+static size_t resident(const lull_span *s) {
+    size_t touched = LULL_PAGES_OF((size_t)s->carved * s->block_size) / LULL_PAGE_SIZE;
+    return (touched - s->parked_pages) * LULL_PAGE_SIZE;
+}
+
 static double span_ratio(size_t live_bytes) {
     lull_heap *h = lull_tl_heap;
     size_t bytes = 0;
     for (unsigned c = 0; c < lull_class_count; c++)
         for (lull_span *s = h->queue[c].head; s; s = s->next)
-            bytes += (size_t)s->capacity * s->block_size;
+            bytes += resident(s);
     for (lull_span *s = h->full.head; s; s = s->next)
-        bytes += (size_t)s->capacity * s->block_size;
+        bytes += resident(s);
     return (double)bytes / (double)live_bytes;
 }
 
@@ -491,10 +497,11 @@ static void *defrag_loop(void *arg) {
         moved_total += moved;
     }
     double after = span_ratio(live);
-    cr_log_info("defrag loop: span bytes / live %.2f -> %.2f, %u moves in %u passes, %lu spans "
-                "back",
-                before, after, moved_total, passes,
-                (unsigned long)(lull_tl_heap->spans_returned - returned));
+    cr_log_info(
+        "defrag loop: resident span bytes / live %.2f -> %.2f, %u moves in %u passes, %lu spans "
+        "back",
+        before, after, moved_total, passes,
+        (unsigned long)(lull_tl_heap->spans_returned - returned));
     cr_assert_gt(before, 2.5, "75 %% deleted at random leaves the spans sparse (%.2f)", before);
     cr_assert_lt(after, 1.6, "after the loop the spans are dense (%.2f)", after);
     cr_assert_lt(passes, 20, "the loop converges");
