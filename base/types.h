@@ -219,6 +219,24 @@ typedef struct lull_outbox_slot {
     uint32_t bytes;
 } lull_outbox_slot;
 
+/* What src/defrag.c knows of one size class of a heap: the non-full spans
+ * (the class's queue), the blocks in use in them and their resident pages
+ * (touched and not parked), and the spans blocks move to (the densest with
+ * a free block). Valid while `epoch` is its heap's defrag_epoch, which
+ * moves on whenever the heap allocated or freed behind defrag's back.
+ * Owner only. */
+#define LULL_DEFRAG_TARGETS 4
+typedef struct lull_defrag_view {
+    /* the densest spans with a free block at the walk, densest first: the
+     * next is taken when the first runs out, without a walk */
+    struct lull_span *target[LULL_DEFRAG_TARGETS];
+    uint32_t target_used[LULL_DEFRAG_TARGETS]; /* their blocks in use at the walk */
+    uint64_t used;
+    uint64_t pages;
+    uint32_t spans;
+    uint32_t epoch; /* 0: never valid */
+} lull_defrag_view;
+
 typedef struct lull_heap {
     /* fast path of malloc(size <= 1 KiB): direct[(size + 7) >> 3] is
      * current[class of size], so malloc needs no class lookup (2 instructions
@@ -246,6 +264,11 @@ typedef struct lull_heap {
     uint32_t kept_next;
     uint32_t outbox_pending; /* bit i: outbox[i] holds blocks */
     lull_outbox_slot outbox[LULL_OUTBOX_SLOTS];
+    /* src/defrag.c: the heap's counters when its views were last known to
+     * be right, and the views (read and written by defrag calls only) */
+    uint64_t defrag_allocs, defrag_frees, defrag_taken, defrag_returned;
+    uint32_t defrag_epoch;
+    lull_defrag_view defrag[LULL_CLASSES];
     /* ---- written by other threads: a line of their own ---- */
     _Alignas(64) _Atomic(lull_span *) remote_spans; /* spans that got remote frees */
     /* messages of remote frees (src/outbox.c), one list: each message's

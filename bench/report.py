@@ -37,9 +37,9 @@ DELAY0 = "lull-delay0"  # same library, LULL_CONF=purge_delay_ms=0 (burst)
 HARD, NOHARD = "lull-hard", "lull-nohard"  # LULL_HARDENING=ON / OFF (hardening)
 VARIANTS = [DELAY0, HARD, NOHARD]
 SCENARIOS = ["stall", "throughput", "callgrind", "latency", "burst", "redis", "hardening", "forkexec",
-             "footprint"]
+             "footprint", "defrag"]
 HIGHER_BETTER = {"Mops/s", "req/s"}
-INFO_UNITS = {"requests", "pairs", "blocks", "%"}
+INFO_UNITS = {"requests", "pairs", "blocks", "%", "keys", "steps", "passes", "bool"}
 
 TITLES = {
     "stall": "Stalls: free of a large block, bulk free, later churn, RSS",
@@ -51,6 +51,7 @@ TITLES = {
     "hardening": "Hardening: lull with and without its double-free check (issue #8)",
     "forkexec": "fork + execve(/bin/true) + waitpid from a process with a small heap",
     "footprint": "Footprint: peak RSS, RSS after idle, pages given back",
+    "defrag": "Active defragmentation of a table 75 % deleted at random (issue 15)",
 }
 # footprint metrics are <scenario>_<what>; the geomean is computed here
 FOOTPRINT_PEAK = "_peak_rss_mib"
@@ -90,6 +91,10 @@ GOALS = [
      "footprint: returned_pct >= 90 % (4-32 KiB blocks, survivors_mid)"),
     ("footprint", "survivors_small_returned_pct", ">=", 80,
      "footprint: returned_pct >= 80 % (16-1024 B blocks, survivors_small)"),
+    # defrag (issue 15): RSS / live at most 1.10 sooner, with fewer bytes moved
+    ("defrag", "time_to_target_ms", "<jemalloc", None, "defrag: RSS / live <= 1.10 sooner than jemalloc"),
+    ("defrag", "moved_to_target_mib", "<jemalloc", None,
+     "defrag: fewer bytes moved than jemalloc to reach it"),
 ]
 
 COLORS = {"glibc": "#444444", "jemalloc": "#1f77b4", "mimalloc": "#2ca02c",
@@ -285,6 +290,11 @@ def goal_rows(med, status, data):
             bp, goal = best_peer(med, sc, metric, unit)
             met = None if goal is None else v < goal
             target_text = f"< {num(goal)} {unit} ({bp})" if goal is not None else None
+        elif op == "<jemalloc":
+            ref = med.get((sc, metric, "jemalloc"))
+            goal = ref
+            met = None if ref is None else v < ref
+            target_text = f"< {num(ref)} {unit} (jemalloc)" if ref is not None else "jemalloc: not reached"
         elif op == "<=delay0*":
             ref = med.get((sc, metric, DELAY0))
             goal = None if ref is None else ref * target
@@ -521,6 +531,7 @@ PLOTS_BY_SCENARIO = {
     "latency": ["latency_cdf.png", "latency_rss.png"],
     "burst": ["burst_faults.png", "burst_rss.png"],
     "footprint": ["footprint.png"],
+    "defrag": ["defrag_ratio.png", "defrag_moved.png"],
 }
 
 
@@ -630,6 +641,22 @@ set xlabel 'time (s)'
 set ylabel 'RSS (MiB)'
 set key top right
 plot {", ".join(ls)}
+""")
+    for fname, using, title, ylabel in (
+            ("defrag_ratio.png", "($1/1000):4",
+             "Fragmentation during active defrag: (RSS - RSS before the fill) / live (run 1)",
+             "RSS / live"),
+            ("defrag_moved.png", "($1/1000):5", "Bytes moved by active defrag (run 1)", "moved (MiB)")):
+        ls = gp_lines(out, "defrag_ts_{a}_r1.csv", using)
+        if ls:
+            target = "1.10 with lines dt 2 lc rgb '#888888' title 'target 1.10', " if "ratio" in fname else ""
+            gp.append(f"""
+set output '{os.path.join(out, fname)}'
+set title '{title}'
+set xlabel 'time since the first defrag step (s)'
+set ylabel '{ylabel}'
+set key top right
+plot {target}{", ".join(ls)}
 """)
     ls = gp_lines(out, "burst_bursts_{a}_r1.csv", "1:($3 + 1)", style="linespoints lw 2 pt 7")
     if ls:

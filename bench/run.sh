@@ -5,7 +5,7 @@
 #                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
 #
 # Scenarios: stall throughput callgrind latency burst redis hardening
-# forkexec hugeoverload footprint (default: all). Allocators: glibc jemalloc
+# forkexec hugeoverload footprint defrag (default: all). Allocators: glibc jemalloc
 # mimalloc tcmalloc lull (default: all). lull is build/liblull.so under the
 # repository root, or $LULL_SO; when it is not there its rows say "missing"
 # and the run goes on. With lull, burst
@@ -32,7 +32,8 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload footprint)
+SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload footprint
+    defrag)
 runs=
 redis_runs=
 quick=0
@@ -219,6 +220,22 @@ for sc in "${selected[@]}"; do
                     run_one footprint "$a" $r "footprint-$f" 120 preload \
                         "$(bench_bin footprint)" --scenario "$f" "${q[@]}"
                 done
+            done
+        done
+        ;;
+    defrag)
+        # issue 15: only the allocators with a defrag interface (lull's
+        # lull_defrag_*, jemalloc's batch_query); ~40 s a run at 1 GiB
+        dallocs=()
+        for a in lull jemalloc; do [[ " ${avail[*]} " == *" $a "* ]] && dallocs+=("$a"); done
+        if [ ${#dallocs[@]} -eq 0 ]; then
+            log "   neither lull nor jemalloc selected: skipped"
+            continue
+        fi
+        for ((r = 1; r <= runs; r++)); do
+            for a in $(rotated $r "${dallocs[@]}"); do
+                run_one defrag "$a" $r defrag 600 preload "$(bench_bin defrag)" "${q[@]}" \
+                    --csv "$out/raw/defrag_ts_${a}_r$r.csv"
             done
         done
         ;;

@@ -83,6 +83,46 @@ LULL_EXPORT void lull_thread_collect(void);
  * its current CPU's node). */
 LULL_EXPORT int lull_thread_set_node(int node);
 
+/* Active defragmentation (docs/defrag.md), as Redis and Valkey run it on
+ * jemalloc: scan your own pointers in short steps, ask which blocks sit in
+ * sparse spans, and move those. A block moves only if its span is not the
+ * current span of its class and is not full, and it is used at most 1.125
+ * times the average of its class's non-full spans (Redis's rule; for
+ * blocks of 256 B to 2 KiB, its page against the class's resident pages:
+ * lull gives back the pages of a span in use), and only into the densest
+ * span of the class that has a free block. */
+typedef struct lull_defrag_info {
+    size_t block_size;  /* usable bytes of the block; 0 for a pointer that is not one */
+    size_t span_free;   /* free blocks in its span (large and huge: 0) */
+    size_t span_total;  /* blocks its span holds (large and huge: 1) */
+    size_t class_free;  /* free blocks over the non-full spans of its class in */
+    size_t class_total; /* its heap, and the blocks they hold (0 when !owned_by_caller) */
+    /* 1: lull_defrag_move() called now by this thread would move it */
+    int moved_would_help;
+    /* 1: the calling thread's heap owns the block, and every figure is exact;
+     * 0: another thread's heap does, whose lists only that thread may walk:
+     * the span figures are what its owner last wrote, the class figures are
+     * 0, and moved_would_help judges it against the caller's own heap (the
+     * heap lull_defrag_move() would move it into) */
+    int owned_by_caller;
+} lull_defrag_info;
+
+/* Fill out[i] for each of the n pointers. Returns 0; or -1 with errno
+ * EINVAL when some pointer is not a block lull handed out (NULL, foreign
+ * memory, a block inside no span in use, a block the caller's own heap
+ * holds free), whose out[i] is then all zero (the others are filled); never
+ * aborts. Nothing is moved or freed. */
+LULL_EXPORT int lull_defrag_query(const void *const *ptrs, size_t n, lull_defrag_info *out);
+/* Move p if that helps: a new block of the same size class in a denser span
+ * (never p's span, never one that defragmentation is emptying), with p's
+ * contents, and p freed; else p itself (also for large and huge blocks, and
+ * when no block is free there: no span is taken for a move). Never NULL for
+ * a valid p; for a pointer lull did not hand out, p with errno EINVAL. Any
+ * thread that may free p may call it: a block of another thread's heap
+ * moves into the caller's heap, and its old block is freed to its owner
+ * like any remote free. */
+LULL_EXPORT void *lull_defrag_move(void *p);
+
 /* In-process statistics; see lull/counters.h for the meaning of each field. */
 struct lull_counters;
 LULL_EXPORT int lull_stats(struct lull_counters *out);

@@ -157,6 +157,11 @@ void lull_span_park_absorb(lull_span *s) {
     s->free = NULL;
 }
 
+bool lull_span_parking_has(const lull_span *s, const void *p) {
+    size_t i = block_at(s, (size_t)((const uint8_t *)p - lull_span_start(s)));
+    return bitmap_of(s)[i / 64] >> (i % 64) & 1;
+}
+
 bool lull_span_unpark(lull_span *s, bool thread) {
     if (!s->parking) return true;
     lull_segment *seg = lull_segment_of(s);

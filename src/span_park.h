@@ -25,6 +25,8 @@ void lull_span_park_start(lull_span *s);
  * paths push before the slow path runs) goes into the bitmap, and pages
  * left with no live block are parked. Aborts on a double free. */
 void lull_span_park_absorb(lull_span *s);
+/* While parking: is the block at p free (its bit set)? */
+bool lull_span_parking_has(const lull_span *s, const void *p);
 /* Stop parking: take every page back and, if `thread`, put the free blocks
  * back on the list (not for a span about to be released). False, and the
  * span goes on parking, when the reclaim thread is purging one of its
