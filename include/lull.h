@@ -71,6 +71,17 @@ LULL_EXPORT long lull_purge_delay_ms(void);
  * reclaim thread runs. */
 LULL_EXPORT bool lull_reclaim_now(void);
 
+/* Give every free byte lull holds back to the kernel now, whatever the
+ * purge delay (also "never"), and return when it is done: the calling
+ * thread's own cached free memory first (lull_thread_collect), then every
+ * dirty and MADV_FREE'd free slice, the warm reserve and the pages parked
+ * in spans in use (MADV_DONTNEED), and every cached huge mapping
+ * (unmapped). Valkey's MEMORY PURGE, jemalloc's arena.<i>.purge. Other
+ * threads' cached free memory stays theirs. The reclaim thread does the
+ * work; when there is none (it could not start), the caller does. Any
+ * thread, any number at once. */
+LULL_EXPORT void lull_purge_all(void);
+
 /* Give this thread's cached free memory back to its arena (it stays mapped
  * until the reclaim thread purges it), and send the frees it made into other
  * threads' blocks that it still holds (they go out in batches of 64 per

@@ -195,8 +195,11 @@ void lull_arena_free_span(lull_span *span) {
 
 /* Reclaim side ------------------------------------------------------- */
 
-size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
-                              size_t max, size_t max_bytes) {
+/* any_age: every dirty slice, whatever its time (lull_purge_all: with the
+ * purge delay "never", a slice may have been free longer than the 24 days
+ * that a 32-bit millisecond difference tells apart) */
+static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
+                          lull_slice_run *out, size_t max, size_t max_bytes) {
     size_t n = 0, bytes = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire);
          s && n < max && bytes < max_bytes; s = s->next) {
@@ -205,8 +208,8 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
             lull_slices_word(s, w, &x);
             uint64_t d = x.dirty;
             if (!d) continue;
-            uint64_t old_enough = 0;
-            for (uint64_t bits = d; bits; bits &= bits - 1) {
+            uint64_t old_enough = any_age ? d : 0;
+            for (uint64_t bits = any_age ? 0 : d; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
                 uint32_t t = atomic_load_explicit(&s->freed_ms[w * 64 + b], memory_order_relaxed);
                 if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
@@ -220,6 +223,16 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
     return n;
 }
 
+size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
+                              size_t max, size_t max_bytes) {
+    return claim_dirty(a, freed_before_ms, false, out, max, max_bytes);
+}
+
+size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max,
+                                  size_t max_bytes) {
+    return claim_dirty(a, 0, true, out, max, max_bytes);
+}
+
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     uint32_t now = lull_now_ms();
     for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
@@ -228,8 +241,8 @@ void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     lull_slices_finish(r, lazy ? LULL_SLICES_CLEAN_LAZY : LULL_SLICES_CLEAN);
 }
 
-size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
-                             size_t max) {
+static size_t claim_lazy(lull_arena *a, uint32_t purged_before_ms, bool any_age,
+                         lull_slice_run *out, size_t max) {
     size_t n = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s && n < max;
          s = s->next) {
@@ -237,8 +250,8 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
             lull_slice_word x;
             lull_slices_word(s, w, &x);
             uint64_t lazy = x.lazy & x.clean;
-            uint64_t old = 0;
-            for (uint64_t bits = lazy; bits; bits &= bits - 1) {
+            uint64_t old = any_age ? lazy : 0;
+            for (uint64_t bits = any_age ? 0 : lazy; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
                 uint32_t t = atomic_load_explicit(&s->purged_ms[w * 64 + b], memory_order_relaxed);
                 if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
@@ -252,6 +265,15 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
         }
     }
     return n;
+}
+
+size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
+                             size_t max) {
+    return claim_lazy(a, purged_before_ms, false, out, max);
+}
+
+size_t lull_arena_claim_all_lazy(lull_arena *a, lull_slice_run *out, size_t max) {
+    return claim_lazy(a, 0, true, out, max);
 }
 
 void lull_arena_purge_failed(const lull_slice_run *r) {

@@ -56,6 +56,8 @@ void lull_arena_free_span(lull_span *span);
  * `max_bytes`. They are PURGING on return. */
 size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
                               size_t max, size_t max_bytes);
+/* The same, whatever their age (lull_purge_all). */
+size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max, size_t max_bytes);
 /* The purge of a run finished: PURGING -> FREE_CLEAN (lazy: MADV_FREE, so
  * not known to be zero). */
 void lull_arena_purge_done(const lull_slice_run *run, bool lazy);
@@ -64,6 +66,8 @@ void lull_arena_purge_done(const lull_slice_run *run, bool lazy);
  * purge them again with MADV_DONTNEED: PURGING on return. */
 size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
                              size_t max);
+/* Every MADV_FREE'd slice, whatever its age (lull_purge_all). */
+size_t lull_arena_claim_all_lazy(lull_arena *a, lull_slice_run *out, size_t max);
 /* The purge failed: PURGING -> FREE_DIRTY, nothing lost. */
 void lull_arena_purge_failed(const lull_slice_run *run);
 /* Warm reserve (reclaim thread): take up to max_slices FREE_CLEAN (zeroed)

@@ -77,8 +77,8 @@ static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, s
     }
 }
 
-size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out,
-                        size_t max) {
+static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lull_page_run *out,
+                    size_t max) {
     size_t n = 0;
     for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
         uint64_t hint = atomic_load_explicit(&s->parked_slices[w], memory_order_seq_cst);
@@ -97,12 +97,21 @@ size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_ru
                 continue;
             }
             uint32_t t = atomic_load_explicit(&s->parked_ms[slice], memory_order_relaxed);
-            if ((int32_t)(parked_before_ms - t) < 0) continue; /* parked too recently */
+            if (!any_age && (int32_t)(parked_before_ms - t) < 0) continue; /* parked too recently */
             n += claim_slice(s, slice, out + n, max - n);
         }
     }
     if (n) LULL_RACE_POINT(LULL_RACE_PAGE_CLAIM);
     return n;
+}
+
+size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out,
+                        size_t max) {
+    return claim(s, parked_before_ms, false, out, max);
+}
+
+size_t lull_pages_claim_all(lull_segment *s, lull_page_run *out, size_t max) {
+    return claim(s, 0, true, out, max);
 }
 
 void lull_pages_finish(const lull_page_run *r, bool purged) {

@@ -80,6 +80,8 @@ typedef struct lull_page_run {
 /* PENDING -> PURGING for pages parked at or before `parked_before_ms`, as
  * runs, at most `max`. Returns the runs. */
 size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out, size_t max);
+/* Every PENDING page, whatever its age (lull_purge_all). */
+size_t lull_pages_claim_all(lull_segment *s, lull_page_run *out, size_t max);
 /* PURGING -> PURGED (purged) or PENDING (the kernel refused). */
 void lull_pages_finish(const lull_page_run *r, bool purged);
 void *lull_page_run_address(const lull_page_run *r, size_t *len);

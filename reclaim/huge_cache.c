@@ -184,13 +184,22 @@ void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, in
                           memory_order_release);
 }
 
-bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms) {
+static bool evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms,
+                  bool any_age) {
     if (e->state == LULL_HC_PURGING) return false;
-    if (!hold_if_old(i, e, freed_before_ms, true)) return false;
+    if (!hold_if_old(i, e, freed_before_ms, !any_age)) return false;
     atomic_store_explicit(&slots[i], 0, memory_order_release);
     atomic_fetch_sub_explicit(&cached_bytes, e->h->map_len, memory_order_relaxed);
     account_freed(e->h, true);
     return true;
+}
+
+bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms) {
+    return evict(i, e, freed_before_ms, false);
+}
+
+bool lull_huge_cache_evict_any(unsigned i, const lull_huge_cache_entry *e) {
+    return evict(i, e, 0, true);
 }
 
 void lull_huge_cache_after_fork_child(void) {

@@ -68,6 +68,8 @@ void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, in
  * or before freed_before_ms: on success the mapping is the caller's,
  * accounted as `freed`. */
 bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms);
+/* The same, whatever its age (lull_purge_all). */
+bool lull_huge_cache_evict_any(unsigned i, const lull_huge_cache_entry *e);
 
 /* In the child after fork: a purge the parent's reclaim thread was running
  * is not running here, so PURGING entries are DIRTY again; the byte count is

@@ -165,3 +165,16 @@ bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, i
     if (delay >= 0) work |= purge_cached(b, now, delay, advice, c);
     return work;
 }
+
+bool lull_huge_reclaim_all(struct purge_backend *b, uint32_t now, lull_huge_reclaim_counts *c) {
+    bool work = false;
+    lull_huge_cache_entry e;
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        /* a malloc that takes the entry first has it: it is in use, not cached */
+        if (!lull_huge_cache_peek(i, &e) || !lull_huge_cache_evict_any(i, &e)) continue;
+        release(b, e.h, e.state == LULL_HC_CLEAN, c);
+        work = true;
+    }
+    /* a bound of 0: the cache keeps nothing, every queued mapping goes */
+    return drain_queue(b, now, 0, c) || work;
+}

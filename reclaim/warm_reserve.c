@@ -23,6 +23,32 @@ static size_t warm_slices(void) {
     return n;
 }
 
+/* Purge up to max_slices warm slices, one batch; the bytes purged. */
+static uint64_t drain(struct purge_backend *b, size_t max_slices) {
+    lull_slice_run runs[STEP_RUNS];
+    purge_range ranges[STEP_RUNS];
+    int results[STEP_RUNS];
+    size_t n = 0;
+    for (int i = 0; i < lull_arena_count && n == 0; i++)
+        n = lull_arena_take_warm(&lull_arenas[i], max_slices, runs, STEP_RUNS);
+    if (n == 0) return 0;
+    purge_ranges_of_runs(runs, n, ranges);
+    purge_backend_run(b, ranges, n, MADV_DONTNEED, results);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] == 0) {
+            /* MADV_DONTNEED dropped the write-protect markers */
+            lull_refault_after_purge(ranges[i].addr, ranges[i].len);
+            lull_arena_purge_done(&runs[i], false);
+            bytes += ranges[i].len;
+        } else {
+            lull_arena_make_warm(&runs[i]);
+        }
+    }
+    __atomic_store_n(&W.stats.drained_bytes, W.stats.drained_bytes + bytes, __ATOMIC_RELAXED);
+    return bytes;
+}
+
 bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
     /* Demand: purged slices coming back (refaults), which fault on the
      * request thread unless prefaulted. Slices touched for the first time
@@ -75,28 +101,21 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
                          __ATOMIC_RELAXED);
         return true;
     }
-    if (have > target) { /* shrink: purge the surplus */
-        size_t n = 0;
-        for (int i = 0; i < lull_arena_count && n == 0; i++)
-            n = lull_arena_take_warm(&lull_arenas[i], have - target, runs, STEP_RUNS);
-        if (n == 0) return false;
-        purge_ranges_of_runs(runs, n, ranges);
-        purge_backend_run(b, ranges, n, MADV_DONTNEED, results);
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (results[i] == 0) {
-                /* MADV_DONTNEED dropped the write-protect markers */
-                lull_refault_after_purge(ranges[i].addr, ranges[i].len);
-                lull_arena_purge_done(&runs[i], false);
-                bytes += ranges[i].len;
-            } else {
-                lull_arena_make_warm(&runs[i]);
-            }
-        }
-        __atomic_store_n(&W.stats.drained_bytes, W.stats.drained_bytes + bytes, __ATOMIC_RELAXED);
-        return true;
-    }
+    if (have > target) /* shrink: purge the surplus */
+        return drain(b, have - target) > 0;
     return false;
+}
+
+uint64_t lull_warm_reserve_drain_all(struct purge_backend *b) {
+    uint64_t bytes = 0, got;
+    while ((got = drain(b, SIZE_MAX)) > 0)
+        bytes += got;
+    /* the demand seen so far is answered: no prefault until purged slices
+     * come back into use again */
+    W.recent_refault_slices = 0;
+    W.last_refault_ms = 0;
+    __atomic_store_n(&W.stats.target_bytes, 0, __ATOMIC_RELAXED);
+    return bytes;
 }
 
 void lull_warm_reserve_stats(lull_warm_stats *out) {
