@@ -54,7 +54,7 @@ LULL_EXPORT const char *lull_version(void);
 /* Configuration. Keys as in LULL_CONF (see docs/configuration.md):
  * purge_delay_ms, purge_mode, backend, refault_monitor, reclaim_cpu, numa,
  * numa_nodes, counter_page, verbose, strict_checks, warm_reserve_mb,
- * inline_purge, huge_cache_mb, huge_cache_idle_ms. Returns false (after
+ * inline_purge, huge_cache_mb, huge_cache_idle_ms, heap_limit_mb. Returns false (after
  * one message on stderr) for an unknown key or a bad value. Keys that shape
  * start-up (backend, reclaim_cpu, numa, numa_nodes, counter_page,
  * refault_monitor) are refused once lull has started (before main): set

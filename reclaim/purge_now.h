@@ -1,5 +1,6 @@
 /* Purge everything lull holds free, now, whatever the purge delay (even
- * "never"): lull_purge_all. What goes: every cached and
+ * "never"): lull_purge_all, and the purge the heap limit asks for when an
+ * allocation finds no room (base/resident.h). What goes: every cached and
  * queued huge mapping (unmapped), the warm reserve, every dirty and every
  * MADV_FREE'd slice and every parked page (MADV_DONTNEED, so RSS drops at
  * once), after the remote frees into the heaps of exited threads are

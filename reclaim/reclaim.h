@@ -36,6 +36,7 @@ typedef struct lull_reclaim_stats {
     uint64_t inline_purges;     /* purges done on a request thread (inline_purge=on, or
                                  * lull_purge_all with no reclaim thread) */
     uint64_t forced_ticks;      /* ticks that purged everything (purge_now.h) */
+    uint64_t limit_waits;       /* allocations over the heap limit that waited for one */
     bool running;
     bool start_failed;
     int backend; /* lull_backend_kind in use */
@@ -62,8 +63,9 @@ extern void (*lull_reclaim_collect_hook)(void);
  * counter page is due a second later). The start points are where the
  * calling thread is in no half-done heap update: a span about to be taken
  * from an arena, the end of a free that emptied a span, a remote free,
- * lull_thread_collect(). A free cannot
- * create the thread where it gives the span back: pthread_create allocates
+ * lull_thread_collect(), an allocation over the heap limit (it asks for a
+ * purge, base/resident.h). A free cannot create the thread where it gives
+ * the span back: pthread_create allocates
  * (glibc's TLS vector), and that malloc would run on a heap half way
  * through an update (heap.c walks its queues around span releases). */
 enum {

@@ -7,8 +7,9 @@
  * and mark them FREE_CLEAN (or put them back as FREE_DIRTY if the kernel
  * refused). The thread sleeps between ticks on a futex that only
  * lull_reclaim_now() wakes: short sleeps while there is work, growing to
- * IDLE_TICK_MS when there is none. A forced tick (lull_purge_all) purges
- * everything instead, whatever the delay (purge_now.h).
+ * IDLE_TICK_MS when there is none. A forced tick (lull_purge_all, or an
+ * allocation over the heap limit) purges everything instead, whatever the
+ * delay (purge_now.h).
  *
  * Each claim..finish step holds the step lock (reclaim_steps.h), which
  * fork's prepare handler takes: a fork never copies a slice taken out of
@@ -33,6 +34,7 @@
 #include "numa/huge.h"
 #include "base/module.h"
 #include "base/message.h"
+#include "base/resident.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -126,7 +128,7 @@ static bool purge_due(uint32_t now) {
 }
 
 /* forced: everything free, whatever the delay (purge_now.h), for
- * lull_purge_all */
+ * lull_purge_all and the heap limit */
 static bool tick(bool forced) {
     uint32_t now = lull_now_ms();
     bool work = forced ? lull_purge_now(&R.backend, &R.stats) : purge_due(now);
@@ -400,9 +402,8 @@ void lull_reclaim_huge_push(lull_huge *h) {
         return;
     }
     if (__atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)) {
-        /* any request thread: not the single-writer STAT_ADD */
-        __atomic_fetch_add(&R.stats.inline_purges, 1, __ATOMIC_RELAXED);
-        lull_huge_unmap(h);
+        STAT_ADD(inline_purges, 1);
+        lull_huge_unmap(h, true);
         return;
     }
     lull_huge_queue_push(h);
@@ -431,6 +432,22 @@ void lull_reclaim_purge_all(void) {
     lull_purge_now_on_caller(&R.stats);
 }
 
+/* The heap limit's relief (base/resident.h): a forced tick, waited for at
+ * most LULL_LIMIT_WAIT_MS. Not on the reclaim thread (it would wait for
+ * itself), nor on an exiting thread past its heap's destructor (it holds
+ * the late heap's lock, which the tick's collection takes). A deferred
+ * thread starts here (the callers are start points, reclaim.h); one being
+ * created is not waited for: this may be its creator's own allocation,
+ * inside pthread_create. */
+static bool relieve(void) {
+    if (on_reclaim_thread || lull_reclaim_no_start) return false;
+    lull_reclaim_start_now();
+    if (!atomic_load(&R.running)) return false;
+    STAT_ADD(limit_waits, 1);
+    wait_for_tick(request_tick(true), LULL_LIMIT_WAIT_MS);
+    return true;
+}
+
 /* Any thread. The figures are words the reclaim thread stores atomically
  * while this runs: each is read atomically (no memcpy of the struct), and
  * backend_reason, written once before `started`, only after it. */
@@ -448,6 +465,7 @@ void lull_reclaim_get_stats(lull_reclaim_stats *out) {
     STAT_GET(page_purged_bytes);
     STAT_GET(inline_purges);
     STAT_GET(forced_ticks);
+    STAT_GET(limit_waits);
     STAT_GET(backend);
     STAT_GET(delay_ms);
     STAT_GET(mode);
@@ -533,5 +551,6 @@ void lull_reclaim_register(void) {
     };
     lull_huge_release_hook = lull_reclaim_huge_push;
     lull_huge_reuse_hook = huge_reuse;
+    __atomic_store_n(&lull_resident_relief_hook, relieve, __ATOMIC_RELEASE);
     lull_register_module(&hooks);
 }

@@ -6,6 +6,7 @@
 #include "reclaim/refault.h"
 #include "base/config.h"
 #include "base/linux_compat.h"
+#include "base/resident.h"
 
 #define STEP_RUNS 64
 
@@ -77,6 +78,13 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
     int results[STEP_RUNS];
     if (have < target) {
         size_t want = target - have, n = 0;
+        /* prefaulted slices are resident: within the heap limit. The room
+         * is held for this step (the finish of each run counts it again,
+         * then the hold goes), so no request thread takes it meanwhile */
+        uint64_t room = lull_resident_room();
+        if (room >> LULL_SLICE_SHIFT < want) want = (size_t)(room >> LULL_SLICE_SHIFT);
+        uint64_t held = (uint64_t)want << LULL_SLICE_SHIFT;
+        if (!want || !lull_resident_try_grow(held)) return false;
         for (int i = 0; i < lull_arena_count && n == 0; i++) {
             n = lull_arena_take_clean(&lull_arenas[i], want, runs, STEP_RUNS);
             if (n == 0 && lull_arena_add_spare_segment(&lull_arenas[i])) {
@@ -85,7 +93,10 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
                 n = lull_arena_take_clean(&lull_arenas[i], want, runs, STEP_RUNS);
             }
         }
-        if (n == 0) return false;
+        if (n == 0) {
+            lull_resident_sub(held);
+            return false;
+        }
         purge_ranges_of_runs(runs, n, ranges);
         purge_backend_run(b, ranges, n, MADV_POPULATE_WRITE, results);
         uint64_t bytes = 0;
@@ -97,6 +108,7 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
                 lull_arena_return_clean(&runs[i]); /* e.g. a kernel before 5.14 */
             }
         }
+        lull_resident_sub(held);
         __atomic_store_n(&W.stats.prefaulted_bytes, W.stats.prefaulted_bytes + bytes,
                          __ATOMIC_RELAXED);
         return true;
