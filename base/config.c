@@ -257,6 +257,12 @@ static bool set_huge_cache(const char *v, size_t len) {
     __atomic_store_n(&lull_config.huge_cache_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
     return true;
 }
+static bool set_heap_limit(const char *v, size_t len) {
+    long x;
+    if (!parse_long(v, len, 0, 1L << 26, &x)) return false;
+    __atomic_store_n(&lull_config.heap_limit_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
+    return true;
+}
 static bool set_huge_cache_idle(const char *v, size_t len) {
     long x;
     if (!parse_long(v, len, 0, 86400000L, &x)) return false;
@@ -289,6 +295,7 @@ static const struct {
     {"inline_purge", set_inline_purge, "on or off", "off", false},
     {"huge_cache_mb", set_huge_cache, "MiB, 0 to 67108864", "1024", false},
     {"huge_cache_idle_ms", set_huge_cache_idle, "milliseconds, 0 to 86400000", "10000", false},
+    {"heap_limit_mb", set_heap_limit, "MiB, 0 (no limit) to 67108864", "0: no limit", false},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 
@@ -423,7 +430,7 @@ size_t lull_config_format(char *buf, size_t len) {
         "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
         "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
         "inline_purge=%d,reclaim_cpu=%s,reclaim_sched=%s,huge_cache_mb=%zu,"
-        "huge_cache_idle_ms=%ld",
+        "huge_cache_idle_ms=%ld,heap_limit_mb=%zu",
         delay, mode_names[__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED)],
         backend_names[lull_config.backend], switch_names[lull_config.refault_monitor],
         numa_names[lull_config.numa],
@@ -436,6 +443,7 @@ size_t lull_config_format(char *buf, size_t len) {
         __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED),
         lull_config.reclaim_cpus_set ? "set" : "any", sched_names[lull_config.reclaim_sched],
         __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED) >> 20,
-        __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED));
+        __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED),
+        __atomic_load_n(&lull_config.heap_limit_bytes, __ATOMIC_RELAXED) >> 20);
     return n < 0 ? 0 : (size_t)n;
 }

@@ -55,6 +55,7 @@ typedef struct {
     bool inline_purge;                /* purge on the freeing thread if no reclaim thread */
     size_t huge_cache_bytes;          /* bound of the freed huge mappings kept for reuse */
     long huge_cache_idle_ms;          /* a cached huge mapping unused this long is unmapped */
+    size_t heap_limit_bytes;          /* hard limit on the resident estimate; 0 = none */
 } lull_config_t;
 
 extern lull_config_t lull_config;

@@ -54,7 +54,7 @@ LULL_EXPORT const char *lull_version(void);
 /* Configuration. Keys as in LULL_CONF (see docs/configuration.md):
  * purge_delay_ms, purge_mode, backend, refault_monitor, reclaim_cpu, numa,
  * numa_nodes, counter_page, verbose, strict_checks, warm_reserve_mb,
- * inline_purge, huge_cache_mb, huge_cache_idle_ms. Returns false (after
+ * inline_purge, huge_cache_mb, huge_cache_idle_ms, heap_limit_mb. Returns false (after
  * one message on stderr) for an unknown key or a bad value. Keys that shape
  * start-up (backend, reclaim_cpu, numa, numa_nodes, counter_page,
  * refault_monitor) are refused once lull has started (before main): set
@@ -70,6 +70,17 @@ LULL_EXPORT long lull_purge_delay_ms(void);
  * and for servers that know they just went idle). Returns false when no
  * reclaim thread runs. */
 LULL_EXPORT bool lull_reclaim_now(void);
+
+/* Give every free byte lull holds back to the kernel now, whatever the
+ * purge delay (also "never"), and return when it is done: the calling
+ * thread's own cached free memory first (lull_thread_collect), then every
+ * dirty and MADV_FREE'd free slice, the warm reserve and the pages parked
+ * in spans in use (MADV_DONTNEED), and every cached huge mapping
+ * (unmapped). Valkey's MEMORY PURGE, jemalloc's arena.<i>.purge. Other
+ * threads' cached free memory stays theirs. The reclaim thread does the
+ * work; when there is none (it could not start), the caller does. Any
+ * thread, any number at once. */
+LULL_EXPORT void lull_purge_all(void);
 
 /* Give this thread's cached free memory back to its arena (it stays mapped
  * until the reclaim thread purges it), and send the frees it made into other

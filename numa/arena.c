@@ -3,6 +3,7 @@
 #include "numa/slice_state.h"
 #include "base/bitmap.h"
 #include "base/os.h"
+#include "base/resident.h"
 #include "base/segment_map.h"
 
 #include <errno.h>
@@ -105,11 +106,11 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
 
 /* Try to claim slices [first, first+n) of s from the free maps. All or
  * nothing: bits taken before a failure are put back where they came from. */
-static bool claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed) {
+static lull_take_result claim_run(lull_segment *s, unsigned first, unsigned n, bool *zeroed) {
     uint64_t was_lazy[LULL_SLICE_WORDS];
-    if (!lull_slices_take(s, first, n, zeroed, was_lazy)) return false;
-    record_reuse(s, first, n, was_lazy);
-    return true;
+    lull_take_result r = lull_slices_take(s, first, n, zeroed, was_lazy);
+    if (r == LULL_TAKE_OK) record_reuse(s, first, n, was_lazy);
+    return r;
 }
 
 static int find_in_segment(lull_segment *s, unsigned n, int pass) {
@@ -132,8 +133,10 @@ static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
     head->slice_count = (uint16_t)n;
 }
 
-lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
-    NOTIFY(span_taking); /* a deferred reclaim thread may start here (reclaim.h) */
+/* One search, under the arena's mutex; *over: the span needs memory that
+ * is not resident, and the heap limit leaves no room for it. */
+static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over) {
+    *over = false;
     pthread_mutex_lock(&a->lock);
     /* dirty memory is resident already: reuse it first; then slices given
      * back with MADV_FREE (resident until the kernel needs the memory:
@@ -148,12 +151,16 @@ lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
             for (int tries = 0; tries < 4; tries++) {
                 int idx = find_in_segment(s, n, pass);
                 if (idx < 0) break;
-                if (claim_run(s, (unsigned)idx, n, zeroed)) {
+                lull_take_result r = claim_run(s, (unsigned)idx, n, zeroed);
+                if (r == LULL_TAKE_OK) {
                     a->hint = s;
                     pthread_mutex_unlock(&a->lock);
                     span_init_slices(s, (unsigned)idx, n);
                     return &s->slices[idx];
                 }
+                /* the passes before took every run of resident slices:
+                 * any other run needs clean ones too */
+                if (r == LULL_TAKE_OVER_LIMIT) goto over_limit;
                 /* the reclaim thread claimed part of it meanwhile: look again */
             }
             s = s->next;
@@ -163,18 +170,45 @@ lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
             }
         }
     }
+    /* a new segment: its header and the span must fit under the limit */
+    if (lull_resident_room() < ((uint64_t)LULL_META_SLICES + n) << LULL_SLICE_SHIFT)
+        goto over_limit;
     lull_segment *s = segment_create(a);
     if (!s) {
         pthread_mutex_unlock(&a->lock);
         errno = ENOMEM;
         return NULL;
     }
-    bool ok = claim_run(s, LULL_META_SLICES, n, zeroed);
+    lull_take_result r = claim_run(s, LULL_META_SLICES, n, zeroed);
     a->hint = s;
     pthread_mutex_unlock(&a->lock);
-    if (!ok) return NULL; /* cannot happen: nobody else sees the new segment's slices yet */
+    /* another thread's growth took the room meanwhile: the segment stays
+     * (clean, and its header counted) for later spans. Nothing else can
+     * fail: nobody else sees the new segment's slices yet */
+    *over = r == LULL_TAKE_OVER_LIMIT;
+    if (r != LULL_TAKE_OK) return NULL;
     span_init_slices(s, LULL_META_SLICES, n);
     return &s->slices[LULL_META_SLICES];
+over_limit:
+    pthread_mutex_unlock(&a->lock);
+    *over = true;
+    return NULL;
+}
+
+lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
+    NOTIFY(span_taking); /* a deferred reclaim thread may start here (reclaim.h) */
+    for (bool relieved = false;; relieved = true) {
+        bool over;
+        lull_span *s = take_span(a, n, zeroed, &over);
+        if (s || !over) return s;
+        /* over the heap limit: the reclaim thread purges what it can (this
+         * thread waits for it, bounded, with no lock held), and one more
+         * search takes what it gave back (base/resident.h) */
+        if (relieved || !lull_resident_relieve()) {
+            lull_resident_refuse();
+            return NULL;
+        }
+    }
 }
 
 void lull_arena_free_span(lull_span *span) {
@@ -195,8 +229,11 @@ void lull_arena_free_span(lull_span *span) {
 
 /* Reclaim side ------------------------------------------------------- */
 
-size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
-                              size_t max, size_t max_bytes) {
+/* any_age: every dirty slice, whatever its time (lull_purge_all: with the
+ * purge delay "never", a slice may have been free longer than the 24 days
+ * that a 32-bit millisecond difference tells apart) */
+static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
+                          lull_slice_run *out, size_t max, size_t max_bytes) {
     size_t n = 0, bytes = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire);
          s && n < max && bytes < max_bytes; s = s->next) {
@@ -205,8 +242,8 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
             lull_slices_word(s, w, &x);
             uint64_t d = x.dirty;
             if (!d) continue;
-            uint64_t old_enough = 0;
-            for (uint64_t bits = d; bits; bits &= bits - 1) {
+            uint64_t old_enough = any_age ? d : 0;
+            for (uint64_t bits = any_age ? 0 : d; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
                 uint32_t t = atomic_load_explicit(&s->freed_ms[w * 64 + b], memory_order_relaxed);
                 if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
@@ -220,6 +257,16 @@ size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slic
     return n;
 }
 
+size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
+                              size_t max, size_t max_bytes) {
+    return claim_dirty(a, freed_before_ms, false, out, max, max_bytes);
+}
+
+size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max,
+                                  size_t max_bytes) {
+    return claim_dirty(a, 0, true, out, max, max_bytes);
+}
+
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     uint32_t now = lull_now_ms();
     for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
@@ -228,8 +275,8 @@ void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     lull_slices_finish(r, lazy ? LULL_SLICES_CLEAN_LAZY : LULL_SLICES_CLEAN);
 }
 
-size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
-                             size_t max) {
+static size_t claim_lazy(lull_arena *a, uint32_t purged_before_ms, bool any_age,
+                         lull_slice_run *out, size_t max) {
     size_t n = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s && n < max;
          s = s->next) {
@@ -237,8 +284,8 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
             lull_slice_word x;
             lull_slices_word(s, w, &x);
             uint64_t lazy = x.lazy & x.clean;
-            uint64_t old = 0;
-            for (uint64_t bits = lazy; bits; bits &= bits - 1) {
+            uint64_t old = any_age ? lazy : 0;
+            for (uint64_t bits = any_age ? 0 : lazy; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
                 uint32_t t = atomic_load_explicit(&s->purged_ms[w * 64 + b], memory_order_relaxed);
                 if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
@@ -252,6 +299,15 @@ size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slic
         }
     }
     return n;
+}
+
+size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
+                             size_t max) {
+    return claim_lazy(a, purged_before_ms, false, out, max);
+}
+
+size_t lull_arena_claim_all_lazy(lull_arena *a, lull_slice_run *out, size_t max) {
+    return claim_lazy(a, 0, true, out, max);
 }
 
 void lull_arena_purge_failed(const lull_slice_run *r) {
@@ -324,6 +380,8 @@ size_t lull_arena_count_slices(lull_arena *a, int which) {
 }
 
 bool lull_arena_add_spare_segment(lull_arena *a) {
+    /* its header is resident: not past the heap limit */
+    if (lull_resident_room() < (uint64_t)LULL_META_SLICES << LULL_SLICE_SHIFT) return false;
     pthread_mutex_lock(&a->lock);
     lull_segment *s = segment_create(a);
     pthread_mutex_unlock(&a->lock);

@@ -46,7 +46,10 @@ void lull_arenas_init(int nodes);
 /* Take a run of `slices` slices from the arena (dirty first, then warm,
  * then clean), mapping a new segment if none has room. Returns the head
  * span descriptor with the segment's span_head set for every slice, or NULL (ENOMEM).
- * *zeroed tells whether the memory is known to be zero. */
+ * *zeroed tells whether the memory is known to be zero. Clean slices and a
+ * new segment must fit under the heap limit (base/resident.h): when they
+ * do not, the reclaim thread is asked to purge (the caller waits for it,
+ * bounded) and the search runs once more; then NULL, counted as refused. */
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned slices, bool *zeroed);
 /* Give a span's slices back as FREE_DIRTY, stamped with the time. */
 void lull_arena_free_span(lull_span *span);
@@ -56,6 +59,8 @@ void lull_arena_free_span(lull_span *span);
  * `max_bytes`. They are PURGING on return. */
 size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
                               size_t max, size_t max_bytes);
+/* The same, whatever their age (lull_purge_all). */
+size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max, size_t max_bytes);
 /* The purge of a run finished: PURGING -> FREE_CLEAN (lazy: MADV_FREE, so
  * not known to be zero). */
 void lull_arena_purge_done(const lull_slice_run *run, bool lazy);
@@ -64,6 +69,8 @@ void lull_arena_purge_done(const lull_slice_run *run, bool lazy);
  * purge them again with MADV_DONTNEED: PURGING on return. */
 size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
                              size_t max);
+/* Every MADV_FREE'd slice, whatever its age (lull_purge_all). */
+size_t lull_arena_claim_all_lazy(lull_arena *a, lull_slice_run *out, size_t max);
 /* The purge failed: PURGING -> FREE_DIRTY, nothing lost. */
 void lull_arena_purge_failed(const lull_slice_run *run);
 /* Warm reserve (reclaim thread): take up to max_slices FREE_CLEAN (zeroed)
@@ -75,7 +82,8 @@ void lull_arena_make_warm(const lull_slice_run *run);
 void lull_arena_return_clean(const lull_slice_run *run);
 /* Slices in a state: 0 dirty, 1 warm, 2 clean. */
 size_t lull_arena_count_slices(lull_arena *a, int which);
-/* Map one more segment now, so a burst finds its slices without an mmap. */
+/* Map one more segment now, so a burst finds its slices without an mmap
+ * (not past the heap limit: its header is resident). */
 bool lull_arena_add_spare_segment(lull_arena *a);
 /* After fork in the child: no reclaim thread survived, so any PURGING
  * slice goes back to FREE_DIRTY. The reclaim thread's claim..finish steps

@@ -3,6 +3,7 @@
 #include "base/config.h"
 #include "base/message.h"
 #include "base/os.h"
+#include "base/resident.h"
 #include "base/segment_map.h"
 
 #include "numa/arena.h"
@@ -50,12 +51,10 @@ static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
 
 /* The block starts a whole slice (or its alignment) after the header: the
  * span descriptors a free() of an interior pointer reads then lie in the
- * header's own untouched pages, never in the caller's data. */
-void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
-    if (size > LULL_MAX_ALLOC || alignment > LULL_MAX_ALLOC) {
-        errno = ENOMEM;
-        return NULL;
-    }
+ * header's own untouched pages, never in the caller's data. *over: the
+ * heap limit left no room for a new mapping (base/resident.h). */
+static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, bool *over) {
+    *over = false;
     void *reused = huge_reuse(size, alignment, zeroed, node);
     if (reused) return reused;
     size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
@@ -63,6 +62,12 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
                                                      : LULL_SEGMENT_SIZE;
     size_t need = offset + LULL_PAGES_OF(size);
     size_t slack = alignment > LULL_SEGMENT_SIZE ? alignment : LULL_SEGMENT_SIZE;
+    /* the header and the block are resident once touched (the slack never
+     * is): counted before the mapping exists, given back if it fails */
+    if (!lull_resident_try_grow(need)) {
+        *over = true;
+        return NULL;
+    }
     void *base = NULL;
     size_t map_len = need;
     /* At a free 32 MiB boundary, the block's own size and no more. Mapped
@@ -70,11 +75,16 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
      * took 2.6 times its size in address space and commit charge: lull fit
      * 6 of them under an RLIMIT_AS of 400 MB where glibc fit 19. The slack
      * stays the fallback (and what larger alignments need). */
+    bool failed = false;
     if (alignment <= LULL_SEGMENT_SIZE) {
         base = lull_os_huge_map_aligned(need);
-        if (!base && errno == ENOMEM) return NULL;
+        failed = !base && errno == ENOMEM;
     }
-    if (!base && !lull_os_huge_map(need + slack, &base, &map_len)) return NULL;
+    if (!base && !failed) failed = !lull_os_huge_map(need + slack, &base, &map_len);
+    if (failed) {
+        lull_resident_sub(need);
+        return NULL;
+    }
     uintptr_t header;
     if (alignment <= LULL_SEGMENT_SIZE) {
         header = ((uintptr_t)base + LULL_SEGMENT_MASK) & ~(uintptr_t)LULL_SEGMENT_MASK;
@@ -109,9 +119,24 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     return (char *)h + offset;
 }
 
-void lull_huge_unmap(lull_huge *h) {
+void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
+    if (size > LULL_MAX_ALLOC || alignment > LULL_MAX_ALLOC) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    bool over;
+    void *p = huge_alloc(size, alignment, zeroed, node, &over);
+    /* over the heap limit: the reclaim thread purges (and unmaps the cached
+     * mappings), this thread waits for it, bounded, and tries once more */
+    if (!p && over && lull_resident_relieve()) p = huge_alloc(size, alignment, zeroed, node, &over);
+    if (!p && over) lull_resident_refuse();
+    return p;
+}
+
+void lull_huge_unmap(lull_huge *h, bool block_resident) {
     void *base = h->map_base;
     size_t len = h->map_len;
+    lull_resident_sub(h->block_offset + (block_resident ? h->usable : 0));
     lull_huge_accounting *a = acct_of(h);
     ACCT_SUB(freed, h->usable + h->block_offset);
     ACCT_SUB(slack, len - h->block_offset - h->usable);
@@ -138,7 +163,7 @@ void lull_huge_free(lull_huge *h, void *p) {
         return;
     }
     /* no reclaim module at all (a build without it): unmap here */
-    lull_huge_unmap(h);
+    lull_huge_unmap(h, true);
 }
 
 bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
@@ -150,17 +175,27 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
     size_t need = (size_t)h->block_offset + pages;
     size_t have = (size_t)((char *)h->map_base + h->map_len - (char *)h);
     lull_huge_accounting *a = acct_of(h);
+    /* the pages the block grows by are resident once touched: within the
+     * heap limit, or the caller's copy asks for a new block (which waits
+     * for the reclaim thread's purge) */
+    size_t grow = pages > h->usable ? pages - h->usable : 0;
+    if (grow && !lull_resident_try_grow(grow)) return false;
     if (need > have) {
         /* map the missing tail right after the mapping: an mmap, not an
          * mremap, so the request thread makes no call that the reclaim
          * thread owns; anonymous neighbours with the same flags merge into
          * one VMA */
         size_t extra = (need - have + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
-        if (lull_fault(LULL_FAULT_MMAP)) return false;
         char *end = (char *)h->map_base + h->map_len;
-        void *p = mmap(end, extra, PROT_READ | PROT_WRITE,
+        void *p =
+            lull_fault(LULL_FAULT_MMAP)
+                ? MAP_FAILED
+                : mmap(end, extra, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-        if (p != end) return false; /* EEXIST: something lives there; the caller copies */
+        if (p != end) { /* EEXIST: something lives there; the caller copies */
+            lull_resident_sub(grow);
+            return false;
+        }
         ACCT_ADD(mapped, extra);
         ACCT_ADD(slack, extra);
         h->map_len += extra;

@@ -21,7 +21,10 @@ typedef struct lull_huge_accounting {
 } lull_huge_accounting;
 extern lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
 
-/* A huge block homed on arena `node` (bound before its first touch). */
+/* A huge block homed on arena `node` (bound before its first touch); its
+ * header and block count in the resident estimate, within the heap limit
+ * (base/resident.h: over it, the reclaim thread is asked to purge, once,
+ * and then NULL with ENOMEM). */
 void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node);
 void lull_huge_free(lull_huge *h, void *p);
 /* realloc of a huge block to `size`: extend its mapping in place when the
@@ -38,7 +41,9 @@ extern void (*lull_huge_release_hook)(lull_huge *h);
  * (purged with MADV_DONTNEED). Set by reclaim/. */
 extern lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
 /* Unmap a huge block's mapping (only ever called by the reclaim thread, or
- * inline when configured and no reclaim thread runs). */
-void lull_huge_unmap(lull_huge *h);
+ * inline when configured and no reclaim thread runs). block_resident: its
+ * block is counted in the resident estimate (base/resident.h), as a live,
+ * freed or dirty cached block is and a purged cached one is not. */
+void lull_huge_unmap(lull_huge *h, bool block_resident);
 
 #endif

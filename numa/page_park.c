@@ -2,6 +2,7 @@
 #include "numa/page_park.h"
 #include "base/message.h"
 #include "base/race.h"
+#include "base/resident.h"
 
 #define LOW_BITS 0x55555555u /* the low bit of each page's pair */
 
@@ -32,6 +33,10 @@ uint32_t lull_pages_take_back(lull_segment *s, unsigned slice, uint32_t mask) {
     } while (!atomic_compare_exchange_weak_explicit(&s->page_state[slice], &old,
                                                     old & ~(take | take << 1), memory_order_acquire,
                                                     memory_order_relaxed));
+    /* the purged ones are resident again once touched: counted now,
+     * without a check (the span is this owner's, and so are its pages) */
+    uint32_t purged = take & (old >> 1);
+    if (purged) lull_resident_add((uint64_t)__builtin_popcount(purged) * LULL_PAGE_SIZE);
     uint32_t taken = 0;
     for (; take; take &= take - 1)
         taken |= 1u << (__builtin_ctz(take) / 2);
@@ -77,8 +82,8 @@ static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, s
     }
 }
 
-size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out,
-                        size_t max) {
+static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lull_page_run *out,
+                    size_t max) {
     size_t n = 0;
     for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
         uint64_t hint = atomic_load_explicit(&s->parked_slices[w], memory_order_seq_cst);
@@ -97,7 +102,7 @@ size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_ru
                 continue;
             }
             uint32_t t = atomic_load_explicit(&s->parked_ms[slice], memory_order_relaxed);
-            if ((int32_t)(parked_before_ms - t) < 0) continue; /* parked too recently */
+            if (!any_age && (int32_t)(parked_before_ms - t) < 0) continue; /* parked too recently */
             n += claim_slice(s, slice, out + n, max - n);
         }
     }
@@ -105,10 +110,20 @@ size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_ru
     return n;
 }
 
+size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out,
+                        size_t max) {
+    return claim(s, parked_before_ms, false, out, max);
+}
+
+size_t lull_pages_claim_all(lull_segment *s, lull_page_run *out, size_t max) {
+    return claim(s, 0, true, out, max);
+}
+
 void lull_pages_finish(const lull_page_run *r, bool purged) {
     /* PURGING is 10: to 11 (PURGED) or 01 (PENDING again) */
     uint32_t flip = lull_pages_spread(r->mask, purged ? 1 : 3);
     atomic_fetch_xor_explicit(&r->segment->page_state[r->slice], flip, memory_order_release);
+    if (purged) lull_resident_sub((uint64_t)__builtin_popcount(r->mask) * LULL_PAGE_SIZE);
 }
 
 void *lull_page_run_address(const lull_page_run *r, size_t *len) {

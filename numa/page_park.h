@@ -65,7 +65,8 @@ static inline uint32_t lull_pages_word(const lull_segment *s, unsigned slice) {
 
 /* NONE -> PENDING for `mask` (pages of `slice` that are NONE), at `now`. */
 void lull_pages_park(lull_segment *s, unsigned slice, uint32_t mask, uint32_t now_ms);
-/* PENDING, PURGED -> NONE for the pages of `mask`; the pages taken. */
+/* PENDING, PURGED -> NONE for the pages of `mask`; the pages taken (the
+ * purged ones join the resident estimate again). */
 uint32_t lull_pages_take_back(lull_segment *s, unsigned slice, uint32_t mask);
 
 /* Reclaim side ---------------------------------------------------------- */
@@ -80,7 +81,10 @@ typedef struct lull_page_run {
 /* PENDING -> PURGING for pages parked at or before `parked_before_ms`, as
  * runs, at most `max`. Returns the runs. */
 size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out, size_t max);
-/* PURGING -> PURGED (purged) or PENDING (the kernel refused). */
+/* Every PENDING page, whatever its age (lull_purge_all). */
+size_t lull_pages_claim_all(lull_segment *s, lull_page_run *out, size_t max);
+/* PURGING -> PURGED (purged: out of the resident estimate, base/resident.h,
+ * until taken back) or PENDING (the kernel refused). */
 void lull_pages_finish(const lull_page_run *r, bool purged);
 void *lull_page_run_address(const lull_page_run *r, size_t *len);
 

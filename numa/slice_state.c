@@ -3,6 +3,7 @@
 #include "numa/slice_state.h"
 #include "base/bitmap.h"
 #include "base/race.h"
+#include "base/resident.h"
 
 static _Atomic uint64_t *map_of(lull_segment *s, lull_slice_state st) {
     switch (st) {
@@ -34,13 +35,15 @@ void lull_slices_init_segment(lull_segment *s) {
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
         atomic_store_explicit(&s->maps.clean[w], ~(uint64_t)0, memory_order_relaxed);
     atomic_fetch_and(&s->maps.clean[0], ~(uint64_t)((1u << LULL_META_SLICES) - 1));
+    lull_resident_add((uint64_t)LULL_META_SLICES * LULL_SLICE_SIZE);
 }
 
-bool lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
-                      uint64_t lazy[LULL_SLICE_WORDS]) {
+lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
+                                  uint64_t lazy[LULL_SLICE_WORDS]) {
     uint64_t got_dirty[LULL_SLICE_WORDS] = {0}, got_clean[LULL_SLICE_WORDS] = {0},
              got_warm[LULL_SLICE_WORDS] = {0};
     bool ok = true;
+    uint64_t fresh = 0; /* clean slices taken: counted in no state until now */
     for (unsigned i = first; i < first + n;) {
         unsigned w = i / 64, off = i % 64;
         unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;
@@ -53,6 +56,7 @@ bool lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
         }
         if (rest) {
             got_clean[w] = atomic_fetch_and(&s->maps.clean[w], ~rest) & rest;
+            fresh += (uint64_t)__builtin_popcountll(got_clean[w]);
             rest &= ~got_clean[w];
         }
         if (rest) {
@@ -61,13 +65,17 @@ bool lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
         }
         i += cnt;
     }
-    if (!ok) {
+    lull_take_result r = ok ? LULL_TAKE_OK : LULL_TAKE_RACED;
+    /* dirty and warm slices are counted already; clean ones (purged, lazy
+     * or never used) come into the estimate now, or not at all */
+    if (ok && fresh && !lull_resident_try_grow(fresh << LULL_SLICE_SHIFT)) r = LULL_TAKE_OVER_LIMIT;
+    if (r != LULL_TAKE_OK) {
         for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
             if (got_dirty[w]) atomic_fetch_or(&s->maps.dirty[w], got_dirty[w]);
             if (got_warm[w]) atomic_fetch_or(&s->maps.warm[w], got_warm[w]);
             if (got_clean[w]) atomic_fetch_or(&s->maps.clean[w], got_clean[w]);
         }
-        return false;
+        return r;
     }
     bool zero = true;
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
@@ -79,7 +87,7 @@ bool lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
         }
     }
     *zeroed = zero;
-    return true;
+    return LULL_TAKE_OK;
 }
 
 void lull_slices_give_back(lull_segment *s, unsigned first, unsigned n) {
@@ -92,8 +100,8 @@ void lull_slices_give_back(lull_segment *s, unsigned first, unsigned n) {
     }
 }
 
-static size_t emit_runs(lull_segment *s, unsigned w, uint64_t bits, lull_slice_run *out,
-                        size_t max) {
+static size_t emit_runs(lull_segment *s, unsigned w, uint64_t bits, bool resident,
+                        lull_slice_run *out, size_t max) {
     size_t n = 0;
     while (bits && n < max) {
         unsigned b = (unsigned)__builtin_ctzll(bits);
@@ -103,7 +111,7 @@ static size_t emit_runs(lull_segment *s, unsigned w, uint64_t bits, lull_slice_r
         unsigned slice = w * 64 + b;
         unsigned to_extent = LULL_EXTENT_SLICES - slice % LULL_EXTENT_SLICES;
         if (len > to_extent) len = to_extent;
-        out[n++] = (lull_slice_run){s, (uint16_t)slice, (uint16_t)len};
+        out[n++] = (lull_slice_run){s, (uint16_t)slice, (uint16_t)len, resident};
         bits &= ~lull_bits_mask(b, len);
     }
     return n;
@@ -117,7 +125,7 @@ size_t lull_slices_claim(lull_segment *s, unsigned w, lull_slice_state from_stat
     if (!got) return 0;
     LULL_RACE_POINT(LULL_RACE_RECLAIM_CLAIM); /* taken from `from`, not yet PURGING */
     atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
-    size_t n = emit_runs(s, w, got, out, max);
+    size_t n = emit_runs(s, w, got, from_state != LULL_SLICES_CLEAN, out, max);
     for (size_t i = 0; i < n; i++)
         *emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
     uint64_t left = got & ~*emitted;
@@ -132,17 +140,25 @@ void lull_slices_finish(const lull_slice_run *r, lull_slice_state to) {
     lull_segment *s = r->segment;
     unsigned w = r->first / 64;
     uint64_t mask = lull_bits_mask(r->first % 64, r->count);
+    /* the estimate grows before the maps show a counted state and shrinks
+     * after they stop: it may run above them for an instant, never below */
+    bool resident = to == LULL_SLICES_DIRTY || to == LULL_SLICES_WARM;
+    uint64_t bytes = (uint64_t)r->count << LULL_SLICE_SHIFT;
+    if (resident && !r->resident) lull_resident_add(bytes);
     if (to == LULL_SLICES_CLEAN_LAZY)
         atomic_fetch_or_explicit(&s->maps.lazy[w], mask, memory_order_relaxed);
     atomic_fetch_or_explicit(&map_of(s, to)[w], mask, memory_order_release);
     LULL_RACE_POINT(LULL_RACE_RECLAIM_FINISH); /* in `to` and still PURGING */
     atomic_fetch_and_explicit(&s->maps.purging[w], ~mask, memory_order_release);
+    if (!resident && r->resident) lull_resident_sub(bytes);
 }
 
 void lull_slices_clear_lazy(lull_segment *s, unsigned w, uint64_t bits) {
     atomic_fetch_and(&s->maps.lazy[w], ~bits);
 }
 
+/* The estimate stays: a direct claim is of dirty slices (counted in
+ * PURGING as in dirty). */
 void lull_slices_after_fork(lull_segment *s) {
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
         uint64_t p = atomic_exchange(&s->maps.purging[w], 0);

@@ -17,6 +17,9 @@
 typedef struct lull_slice_run {
     lull_segment *segment;
     uint16_t first, count;
+    /* claimed from a state the resident estimate counts (dirty, warm), not
+     * from clean: its finish knows what the estimate gains or loses */
+    bool resident;
 } lull_slice_run;
 
 /* A state a claim takes slices out of, or a finish puts them into. */
@@ -38,14 +41,21 @@ uint64_t lull_slices_free_word(const lull_segment *s, unsigned w);
 
 /* Request side (arena mutex held) ------------------------------------- */
 
-/* A new segment: every slice but the metadata's FREE_CLEAN. */
+/* A new segment: every slice but the metadata's FREE_CLEAN (the header
+ * joins the resident estimate, base/resident.h). */
 void lull_slices_init_segment(lull_segment *s);
+typedef enum {
+    LULL_TAKE_OK,
+    LULL_TAKE_RACED,      /* a slice was not free (the reclaim thread claimed it) */
+    LULL_TAKE_OVER_LIMIT, /* its clean slices would take the estimate past the limit */
+} lull_take_result;
 /* Take [first, first + n) to IN_USE from dirty, warm or clean, all or
- * nothing (bits taken before a failure go back where they came from).
- * On success: *zeroed (no slice was dirty or lazy), and lazy[] the lazy
- * bits of the taken slices, per word. */
-bool lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
-                      uint64_t lazy[LULL_SLICE_WORDS]);
+ * nothing (bits taken before a failure go back where they came from); the
+ * clean ones grow the resident estimate, within the heap limit. On
+ * success: *zeroed (no slice was dirty or lazy), and lazy[] the lazy bits
+ * of the taken slices, per word. */
+lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
+                                  uint64_t lazy[LULL_SLICE_WORDS]);
 /* IN_USE -> FREE_DIRTY (any thread: a span given back). */
 void lull_slices_give_back(lull_segment *s, unsigned first, unsigned n);
 
@@ -57,7 +67,8 @@ void lull_slices_give_back(lull_segment *s, unsigned first, unsigned n);
  * runs and, in *emitted, their bits. */
 size_t lull_slices_claim(lull_segment *s, unsigned w, lull_slice_state from, uint64_t want,
                          lull_slice_run *out, size_t max, uint64_t *emitted);
-/* PURGING -> `to`. */
+/* PURGING -> `to`; the resident estimate follows (dirty and warm count,
+ * clean does not). */
 void lull_slices_finish(const lull_slice_run *r, lull_slice_state to);
 /* Clear the lazy bits `bits` of word w (a lazy slice claimed to be purged
  * again is lazy no more). */

@@ -2,6 +2,7 @@
 #include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
 #include "base/config.h"
+#include "base/resident.h"
 #include "numa/huge.h"
 
 #include <stdatomic.h>
@@ -63,6 +64,14 @@ static bool takeable(int state) {
     return state == LULL_HC_DIRTY || state == LULL_HC_CLEAN || state == LULL_HC_LAZY;
 }
 
+/* Whether an entry's block counts in the resident estimate (base/resident.h):
+ * a purged one (CLEAN, or LAZY: the kernel takes it when it needs it) does
+ * not, and joins it again when a malloc takes it back. A PURGING entry
+ * counts as the state it was claimed from. The header slice always counts. */
+static bool block_resident(int state) {
+    return state == LULL_HC_DIRTY;
+}
+
 static lull_huge *take_cached(size_t size, int node, bool *zeroed) {
     if (!atomic_load_explicit(&cached_bytes, memory_order_relaxed)) return NULL;
     /* a lost race means another thread took that entry: look again, a
@@ -75,6 +84,8 @@ static lull_huge *take_cached(size_t size, int node, bool *zeroed) {
             if (!w) continue;
             lull_huge_word_decode(w, &e);
             if (!takeable(e.state) || e.node != node || !lull_huge_fits(e.usable, size)) continue;
+            /* a purged block is resident again once used: not past the limit */
+            if (!block_resident(e.state) && lull_resident_room() < e.usable) continue;
             /* the tightest fit; among equals a dirty one (resident: no faults) */
             if (!best.word || e.usable < best.usable ||
                 (e.usable == best.usable && e.state == LULL_HC_DIRTY)) {
@@ -83,10 +94,15 @@ static lull_huge *take_cached(size_t size, int node, bool *zeroed) {
             }
         }
         if (!best.word) return NULL;
+        /* grown before the entry is ours, given back if another thread wins it */
+        bool grown = !block_resident(best.state);
+        if (grown && !lull_resident_try_grow(best.usable)) continue;
         uint64_t expected = best.word;
         if (!atomic_compare_exchange_strong_explicit(&slots[best_slot], &expected, 0,
-                                                     memory_order_acquire, memory_order_relaxed))
+                                                     memory_order_acquire, memory_order_relaxed)) {
+            if (grown) lull_resident_sub(best.usable);
             continue;
+        }
         lull_huge *h = best.h;
         *zeroed = best.state == LULL_HC_CLEAN;
         atomic_fetch_sub_explicit(&cached_bytes, h->map_len, memory_order_relaxed);
@@ -180,17 +196,34 @@ bool lull_huge_cache_claim_passed_over(unsigned i, const lull_huge_cache_entry *
 }
 
 void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, int state) {
+    /* e->state is what it was claimed from: DIRTY or LAZY */
+    bool was = block_resident(e->state), now = block_resident(state);
+    if (now && !was) lull_resident_add(e->usable);
     atomic_store_explicit(&slots[i], lull_huge_word_with_state(e->word, state),
                           memory_order_release);
+    if (was && !now) lull_resident_sub(e->usable);
 }
 
-bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms) {
+static bool evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms,
+                  bool any_age) {
     if (e->state == LULL_HC_PURGING) return false;
-    if (!hold_if_old(i, e, freed_before_ms, true)) return false;
+    if (!hold_if_old(i, e, freed_before_ms, !any_age)) return false;
     atomic_store_explicit(&slots[i], 0, memory_order_release);
     atomic_fetch_sub_explicit(&cached_bytes, e->h->map_len, memory_order_relaxed);
     account_freed(e->h, true);
     return true;
+}
+
+bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms) {
+    return evict(i, e, freed_before_ms, false);
+}
+
+bool lull_huge_cache_evict_any(unsigned i, const lull_huge_cache_entry *e) {
+    return evict(i, e, 0, true);
+}
+
+bool lull_huge_cache_block_resident(int state) {
+    return block_resident(state);
 }
 
 void lull_huge_cache_after_fork_child(void) {

@@ -35,10 +35,12 @@
  * cache does not keep); the caller queues it for unmapping. */
 bool lull_huge_cache_put(lull_huge *h, uint32_t now_ms);
 /* The best fitting cached mapping of `node` for `size` (lull_huge_fits),
- * accounted as `freed` again; when the cache has none, a queued one that
- * fits (lull_huge_queue_take: one the cache would keep, or any while the
- * queue is backlogged), accounted as `freed` all along; or NULL. *zeroed
- * tells whether its block reads as zero. No system call, no lock. */
+ * accounted as `freed` again (a purged one only if the heap limit leaves
+ * room for its block, which joins the resident estimate); when the cache
+ * has none, a queued one that fits (lull_huge_queue_take: one the cache
+ * would keep, or any while the queue is backlogged), accounted as `freed`
+ * all along; or NULL. *zeroed tells whether its block reads as zero. No
+ * system call, no lock. */
 lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed);
 /* Address space of the cached mappings (what huge_cache_mb bounds). */
 uint64_t lull_huge_cache_bytes(void);
@@ -68,6 +70,12 @@ void lull_huge_cache_finish_purge(unsigned i, const lull_huge_cache_entry *e, in
  * or before freed_before_ms: on success the mapping is the caller's,
  * accounted as `freed`. */
 bool lull_huge_cache_evict(unsigned i, const lull_huge_cache_entry *e, uint32_t freed_before_ms);
+/* The same, whatever its age (lull_purge_all). */
+bool lull_huge_cache_evict_any(unsigned i, const lull_huge_cache_entry *e);
+/* Whether the block of an entry in `state` counts in the resident estimate
+ * (base/resident.h): DIRTY ones do, purged ones (CLEAN, LAZY) do not; the
+ * header slice always does. Its unmap says so (lull_huge_unmap). */
+bool lull_huge_cache_block_resident(int state);
 
 /* In the child after fork: a purge the parent's reclaim thread was running
  * is not running here, so PURGING entries are DIRTY again; the byte count is

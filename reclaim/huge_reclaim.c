@@ -33,11 +33,12 @@ static bool purge_mapping(struct purge_backend *b, lull_huge *h, int advice) {
     return ok;
 }
 
-static void release(struct purge_backend *b, lull_huge *h, bool clean,
-                    lull_huge_reclaim_counts *c) {
+/* Unmap a mapping this thread owns, cached in `state` until now (DIRTY for
+ * one from the queue). */
+static void release(struct purge_backend *b, lull_huge *h, int state, lull_huge_reclaim_counts *c) {
     size_t len = h->map_len;
-    if (!clean) purge_mapping(b, h, MADV_DONTNEED);
-    lull_huge_unmap(h);
+    if (state != LULL_HC_CLEAN) purge_mapping(b, h, MADV_DONTNEED);
+    lull_huge_unmap(h, lull_huge_cache_block_resident(state));
     c->unmapped++;
     c->unmapped_bytes += len;
 }
@@ -56,7 +57,7 @@ static bool evict_oldest(struct purge_backend *b, lull_huge_reclaim_counts *c) {
     if (!oldest.word) return false;
     /* lost to a request thread that took it: the cache shrank all the same */
     if (lull_huge_cache_evict(slot, &oldest, oldest.freed_ms))
-        release(b, oldest.h, oldest.state == LULL_HC_CLEAN, c);
+        release(b, oldest.h, oldest.state, c);
     return true;
 }
 
@@ -89,7 +90,7 @@ static bool drain_queue(struct purge_backend *b, uint32_t now, uint64_t bound,
         lull_huge *h = list;
         list = h->next;
         work = true;
-        if (!keep(b, h, now, bound, c)) release(b, h, false, c);
+        if (!keep(b, h, now, bound, c)) release(b, h, LULL_HC_DIRTY, c);
     }
     lull_huge_queue_entry e[LULL_HUGE_QUEUE_SLOTS];
     unsigned n = 0;
@@ -105,7 +106,7 @@ static bool drain_queue(struct purge_backend *b, uint32_t now, uint64_t bound,
     for (unsigned k = 0; k < n; k++) {
         if (!lull_huge_queue_claim(&e[k])) continue;
         work = true;
-        if (!keep(b, e[k].h, now, bound, c)) release(b, e[k].h, false, c);
+        if (!keep(b, e[k].h, now, bound, c)) release(b, e[k].h, LULL_HC_DIRTY, c);
     }
     return work;
 }
@@ -152,7 +153,7 @@ bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, i
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         if (!lull_huge_cache_peek(i, &e) || (int32_t)(idle_before - e.freed_ms) < 0) continue;
         if (lull_huge_cache_evict(i, &e, idle_before)) {
-            release(b, e.h, e.state == LULL_HC_CLEAN, c);
+            release(b, e.h, e.state, c);
             work = true;
         }
     }
@@ -164,4 +165,17 @@ bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, i
     work |= drain_queue(b, now, bound, c);
     if (delay >= 0) work |= purge_cached(b, now, delay, advice, c);
     return work;
+}
+
+bool lull_huge_reclaim_all(struct purge_backend *b, uint32_t now, lull_huge_reclaim_counts *c) {
+    bool work = false;
+    lull_huge_cache_entry e;
+    for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
+        /* a malloc that takes the entry first has it: it is in use, not cached */
+        if (!lull_huge_cache_peek(i, &e) || !lull_huge_cache_evict_any(i, &e)) continue;
+        release(b, e.h, e.state, c);
+        work = true;
+    }
+    /* a bound of 0: the cache keeps nothing, every queued mapping goes */
+    return drain_queue(b, now, 0, c) || work;
 }

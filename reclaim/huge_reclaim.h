@@ -27,4 +27,10 @@ typedef struct lull_huge_reclaim_counts {
 bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now_ms, long delay, int advice,
                             lull_huge_reclaim_counts *counts);
 
+/* Unmap every cached and queued mapping now, whatever its age and the
+ * cache's bound (lull_purge_all, and the heap limit's purge). Adds to
+ * *counts; true if anything was done. */
+bool lull_huge_reclaim_all(struct purge_backend *b, uint32_t now_ms,
+                           lull_huge_reclaim_counts *counts);
+
 #endif

@@ -33,7 +33,10 @@ typedef struct lull_reclaim_stats {
     uint64_t huge_freed_bytes;
     uint64_t huge_purged_bytes; /* cached huge mappings purged (kept mapped for reuse) */
     uint64_t page_purged_bytes; /* parked pages of in-use spans purged (numa/page_park.h) */
-    uint64_t inline_purges;     /* purges done on a request thread (inline_purge=on) */
+    uint64_t inline_purges;     /* purges done on a request thread (inline_purge=on, or
+                                 * lull_purge_all with no reclaim thread) */
+    uint64_t forced_ticks;      /* ticks that purged everything (purge_now.h) */
+    uint64_t limit_waits;       /* allocations over the heap limit that waited for one */
     bool running;
     bool start_failed;
     int backend; /* lull_backend_kind in use */
@@ -64,8 +67,9 @@ extern void (*lull_reclaim_collect_hook)(void);
  * counter page is due a second later). The start points are where the
  * calling thread is in no half-done heap update: a span about to be taken
  * from an arena, the end of a free that emptied a span, a remote free,
- * lull_thread_collect(). A free cannot
- * create the thread where it gives the span back: pthread_create allocates
+ * lull_thread_collect(), an allocation over the heap limit (it asks for a
+ * purge, base/resident.h). A free cannot create the thread where it gives
+ * the span back: pthread_create allocates
  * (glibc's TLS vector), and that malloc would run on a heap half way
  * through an update (heap.c walks its queues around span releases). */
 enum {
@@ -106,6 +110,10 @@ static inline void lull_reclaim_start_point(void) {
  * (called from free on any thread; no system call). */
 void lull_reclaim_huge_push(lull_huge *h);
 void lull_reclaim_get_stats(lull_reclaim_stats *out);
+/* lull_purge_all's purge (purge_now.h), returning when it is done: a forced
+ * tick of the reclaim thread, started if deferred; with no reclaim thread,
+ * on the caller. */
+void lull_reclaim_purge_all(void);
 /* The purge delay the next tick uses (resolves "auto"). */
 long lull_reclaim_effective_delay(void);
 

@@ -7,13 +7,15 @@
  * and mark them FREE_CLEAN (or put them back as FREE_DIRTY if the kernel
  * refused). The thread sleeps between ticks on a futex that only
  * lull_reclaim_now() wakes: short sleeps while there is work, growing to
- * IDLE_TICK_MS when there is none.
+ * IDLE_TICK_MS when there is none. A forced tick (lull_purge_all, or an
+ * allocation over the heap limit) purges everything instead, whatever the
+ * delay (purge_now.h).
  *
- * Each claim..finish step holds step_lock, which fork's prepare handler
- * takes: a fork never copies a slice taken out of `dirty` but not yet
- * PURGING (the child would leak it) or put into `clean` but still PURGING
- * (the child, which turns PURGING back into dirty, would hand it out
- * twice). */
+ * Each claim..finish step holds the step lock (reclaim_steps.h), which
+ * fork's prepare handler takes: a fork never copies a slice taken out of
+ * `dirty` but not yet PURGING (the child would leak it) or put into `clean`
+ * but still PURGING (the child, which turns PURGING back into dirty, would
+ * hand it out twice). */
 #include "reclaim/reclaim.h"
 #include "lull.h"
 #include "numa/arena.h"
@@ -24,14 +26,15 @@
 #include "reclaim/huge_word.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
+#include "reclaim/purge_now.h"
+#include "reclaim/reclaim_steps.h"
 #include "reclaim/refault.h"
-#include "reclaim/warm_reserve.h"
 #include "base/config.h"
 #include "base/fault.h"
 #include "numa/huge.h"
 #include "base/module.h"
 #include "base/message.h"
-#include "base/race.h"
+#include "base/resident.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -46,8 +49,6 @@
 
 #define BUSY_TICK_MS 2
 #define IDLE_TICK_MS 100
-#define BATCH_RUNS 256
-#define BATCH_BYTES ((size_t)64 << 20)
 
 static struct {
     pthread_t thread;
@@ -55,20 +56,15 @@ static struct {
     _Atomic bool start_failed;
     _Atomic uint32_t request_seq; /* futex: lull_reclaim_now() asks */
     _Atomic uint32_t done_seq;    /* futex: the tick that answered */
+    /* requests for a forced tick (purge_now.h) not yet taken by a tick:
+     * raised before request_seq, taken after it is read */
+    _Atomic uint32_t force_pending;
     /* Set (release) once the thread has opened its backend and refault
      * monitor: only then may other threads read their state. */
     _Atomic bool started;
     purge_backend backend;    /* the reclaim thread's alone */
     lull_reclaim_stats stats; /* written by the reclaim thread, read relaxed */
 } R;
-
-/* Held across each step that moves slices or huge mappings through a
- * state no map, slot or queue records, and by fork's prepare handler. A
- * step is one batch (at most BATCH_RUNS runs / BATCH_BYTES), so a fork
- * waits for one batch's purge at most; the huge mappings' and the warm
- * reserve's work are one step each (reclaim/huge_reclaim.c and
- * reclaim/warm_reserve.c interleave their claims and finishes). */
-static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Atomic int lull_reclaim_deferred;
 
@@ -77,7 +73,8 @@ _Atomic int lull_reclaim_deferred;
 void (*lull_reclaim_tick_hook)(void);
 void (*lull_reclaim_thread_start_hook)(void);
 
-#define STAT_ADD(field, v) __atomic_store_n(&R.stats.field, R.stats.field + (v), __ATOMIC_RELAXED)
+/* atomic: a caller's lull_purge_all counts here too when no thread runs */
+#define STAT_ADD(field, v) __atomic_fetch_add(&R.stats.field, (v), __ATOMIC_RELAXED)
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *t) {
     return syscall(SYS_futex, (uint32_t *)addr, op, val, t, NULL, 0);
@@ -102,157 +99,41 @@ static int effective_advice(void) {
     }
 }
 
-void purge_ranges_of_runs(const lull_slice_run *runs, size_t n, purge_range *ranges) {
-    for (size_t i = 0; i < n; i++) {
-        ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
-        ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
-    }
-}
-
-/* Purge claimed runs in one backend batch and finish each: FREE_CLEAN (the
- * refault monitor re-arms it first: MADV_DONTNEED dropped its markers) or,
- * if the kernel refused, FREE_DIRTY again. Returns the bytes purged. */
-static size_t purge_runs(const lull_slice_run *runs, size_t n, int advice) {
-    purge_range ranges[BATCH_RUNS] = {{0}}; /* (gcc cannot see that n <= BATCH_RUNS) */
-    int results[BATCH_RUNS];
-    purge_ranges_of_runs(runs, n, ranges);
-    LULL_RACE_POINT(LULL_RACE_RECLAIM_PURGE);
-    purge_backend_run(&R.backend, ranges, n, advice, results);
-    size_t bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (results[i] == 0) {
-            lull_refault_after_purge(ranges[i].addr, ranges[i].len);
-            lull_arena_purge_done(&runs[i], advice == MADV_FREE);
-            bytes += ranges[i].len;
-        } else {
-            lull_arena_purge_failed(&runs[i]);
-            STAT_ADD(purge_failures, 1);
-        }
-    }
-    return bytes;
-}
-
-static bool tick_arena(lull_arena *a, uint32_t freed_before, int advice) {
-    lull_slice_run runs[BATCH_RUNS];
-    bool work = false;
-    for (;;) {
-        pthread_mutex_lock(&step_lock);
-        size_t n = lull_arena_claim_dirty(a, freed_before, runs, BATCH_RUNS, BATCH_BYTES);
-        size_t bytes = n ? purge_runs(runs, n, advice) : 0;
-        pthread_mutex_unlock(&step_lock);
-        if (n == 0) break;
-        work = true;
-        STAT_ADD(purge_runs, n);
-        STAT_ADD(purged_bytes, bytes);
-        if (n < BATCH_RUNS && bytes < BATCH_BYTES) break;
-    }
-    return work;
-}
-
-/* Pages parked inside spans still in use (numa/page_park.h), parked at or
- * before the purge delay, one batch of runs a step, adjacent runs merged
- * into one range. Always MADV_DONTNEED: their span is in use, so nothing
- * would purge a MADV_FREE'd page again, and it would count in RSS until the
- * kernel runs short. */
-static bool tick_pages(lull_arena *a, uint32_t parked_before) {
-    lull_page_run runs[BATCH_RUNS];
-    purge_range ranges[BATCH_RUNS];
-    int results[BATCH_RUNS];
-    uint16_t range_of[BATCH_RUNS];
-    bool work = false;
-    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s;
-         s = s->next) {
-        for (;;) {
-            pthread_mutex_lock(&step_lock);
-            size_t n = lull_pages_claim(s, parked_before, runs, BATCH_RUNS), k = 0, bytes = 0;
-            for (size_t i = 0; i < n; i++) {
-                size_t len;
-                char *addr = lull_page_run_address(&runs[i], &len);
-                if (k && (char *)ranges[k - 1].addr + ranges[k - 1].len == addr)
-                    ranges[k - 1].len += len;
-                else
-                    ranges[k++] = (purge_range){.addr = addr, .len = len};
-                range_of[i] = (uint16_t)(k - 1);
-            }
-            if (n) purge_backend_run(&R.backend, ranges, k, MADV_DONTNEED, results);
-            for (size_t i = 0; i < n; i++) {
-                bool ok = results[range_of[i]] == 0;
-                lull_pages_finish(&runs[i], ok);
-                if (ok) bytes += (size_t)__builtin_popcount(runs[i].mask) * LULL_PAGE_SIZE;
-            }
-            pthread_mutex_unlock(&step_lock);
-            if (n == 0) break;
-            work = true;
-            for (size_t i = 0; i < k; i++)
-                if (results[i]) STAT_ADD(purge_failures, 1);
-            STAT_ADD(purge_runs, k);
-            STAT_ADD(purged_bytes, bytes);
-            STAT_ADD(page_purged_bytes, bytes);
-            if (n < BATCH_RUNS) break;
-        }
-    }
-    return work;
-}
-
-/* MADV_FREE'd slices still count in RSS until the kernel needs the pages:
- * the ones that stayed free long enough are purged for good. */
-static bool tick_lazy(lull_arena *a, uint32_t now) {
-    lull_slice_run runs[BATCH_RUNS];
-    pthread_mutex_lock(&step_lock);
-    size_t n = lull_arena_claim_lazy(a, now - LULL_POLICY_LAZY_MAX_MS, runs, BATCH_RUNS);
-    if (n) purge_runs(runs, n, MADV_DONTNEED);
-    pthread_mutex_unlock(&step_lock);
-    return n > 0;
-}
-
-static bool tick_huge(uint32_t now, long delay, int advice) {
-    lull_huge_reclaim_counts c = {0};
-    /* one step: a mapping evicted from its slot or taken off the queue is
-     * in neither until it is unmapped or cached again */
-    pthread_mutex_lock(&step_lock);
-    bool work = lull_huge_reclaim_tick(&R.backend, now, delay, advice, &c);
-    pthread_mutex_unlock(&step_lock);
-    STAT_ADD(huge_freed, c.unmapped);
-    STAT_ADD(huge_freed_bytes, c.unmapped_bytes);
-    STAT_ADD(purged_bytes, c.purged_bytes);
-    STAT_ADD(huge_purged_bytes, c.purged_bytes);
-    STAT_ADD(purge_failures, c.purge_failures);
-    return work;
-}
-
-/* The warm reserve takes clean (or warm) slices into PURGING, prefaults
- * (or purges) them and finishes them: one step. */
-static bool warm_tick(uint32_t now) {
-    pthread_mutex_lock(&step_lock);
-    bool work = lull_warm_reserve_tick(&R.backend, now);
-    pthread_mutex_unlock(&step_lock);
-    return work;
-}
-
-static bool tick(void) {
-    uint32_t now = lull_now_ms();
+/* What has been free for the purge delay. */
+static bool purge_due(uint32_t now) {
+    purge_backend *b = &R.backend;
     if (__atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED) == LULL_PURGE_DELAY_AUTO)
         lull_policy_delay(&lull_the_policy, now);
     long delay = lull_reclaim_effective_delay();
     __atomic_store_n(&R.stats.delay_ms, delay, __ATOMIC_RELAXED);
     int advice = delay >= 0 ? effective_advice() : MADV_DONTNEED;
-    bool work = tick_huge(now, delay, advice);
+    bool work = lull_step_huge(b, &R.stats, now, delay, advice, false);
     if (delay >= 0) {
         __atomic_store_n(&R.stats.mode, advice == MADV_FREE ? LULL_MODE_FREE : LULL_MODE_DONTNEED,
                          __ATOMIC_RELAXED);
         uint32_t freed_before = now - (uint32_t)delay;
         for (int i = 0; i < lull_arena_count; i++) {
-            work |= tick_arena(&lull_arenas[i], freed_before, advice);
-            work |= tick_lazy(&lull_arenas[i], now);
-            work |= tick_pages(&lull_arenas[i], freed_before);
+            lull_arena *a = &lull_arenas[i];
+            work |= lull_step_slices(b, &R.stats, a, freed_before, false, advice);
+            work |= lull_step_lazy(b, &R.stats, a, now - LULL_POLICY_LAZY_MAX_MS, false);
+            work |= lull_step_pages(b, &R.stats, a, freed_before, false);
         }
     }
-    if (delay != LULL_PURGE_DELAY_NEVER) work |= warm_tick(now);
-    lull_refault_tick(now);
+    if (delay != LULL_PURGE_DELAY_NEVER) work |= lull_step_warm(b, now, false);
     /* the remote frees into heaps of exited threads (src/heap.c's hook):
      * collected here, their emptied spans are purged from the next tick on */
     void (*collect)(void) = __atomic_load_n(&lull_reclaim_collect_hook, __ATOMIC_ACQUIRE);
     if (collect) collect();
+    return work;
+}
+
+/* forced: everything free, whatever the delay (purge_now.h), for
+ * lull_purge_all and the heap limit */
+static bool tick(bool forced) {
+    uint32_t now = lull_now_ms();
+    bool work = forced ? lull_purge_now(&R.backend, &R.stats) : purge_due(now);
+    if (forced) STAT_ADD(forced_ticks, 1);
+    lull_refault_tick(now);
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     __atomic_store_n(&R.stats.cpu_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec,
@@ -279,6 +160,9 @@ static void set_sched_class(void) {
                      strerror(err));
 }
 
+/* The reclaim thread itself: it never waits for its own tick. */
+static __thread bool on_reclaim_thread __attribute__((tls_model("initial-exec")));
+
 static void *reclaim_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "lull-reclaim");
@@ -297,10 +181,13 @@ static void *reclaim_main(void *arg) {
     lull_refault_start();
     atomic_store_explicit(&R.started, true, memory_order_release);
     if (lull_reclaim_thread_start_hook) lull_reclaim_thread_start_hook();
+    on_reclaim_thread = true;
     unsigned sleep_ms = BUSY_TICK_MS;
     for (;;) {
         uint32_t req = atomic_load_explicit(&R.request_seq, memory_order_acquire);
-        bool work = tick();
+        /* a request this tick answers (req) raised its force before req */
+        bool forced = atomic_exchange(&R.force_pending, 0) != 0;
+        bool work = tick(forced);
         atomic_store_explicit(&R.done_seq, req, memory_order_release);
         futex(&R.done_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
         sleep_ms =
@@ -428,11 +315,49 @@ void lull_reclaim_start_now(void) {
 
 /* Ask for a tick now: the thread runs one as soon as it wakes (its wait is
  * on request_seq). Returns the request's number, which done_seq reaches
- * when a tick that started after it has finished. */
-static uint32_t request_tick(void) {
+ * when a tick that started after it has finished. forced: that tick purges
+ * everything (purge_now.h). The force is raised before the number: a tick
+ * that reads the number takes the force after it, so the tick that answers
+ * is forced, or an earlier one took the force and did the same work after
+ * the request. */
+static uint32_t request_tick(bool forced) {
+    if (forced) atomic_fetch_add(&R.force_pending, 1);
     uint32_t seq = atomic_fetch_add(&R.request_seq, 1) + 1;
     futex(&R.request_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
     return seq;
+}
+
+/* Until the tick that answers request seq has finished, or timeout_ms
+ * (< 0: no bound) has passed; true if it has. */
+static int64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static bool wait_for_tick(uint32_t seq, long timeout_ms) {
+    int64_t until = timeout_ms >= 0 ? mono_ns() + (int64_t)timeout_ms * 1000000 : 0;
+    for (;;) {
+        uint32_t done = atomic_load_explicit(&R.done_seq, memory_order_acquire);
+        if ((int32_t)(done - seq) >= 0) return true;
+        struct timespec t = {0, 50 * 1000000L};
+        if (timeout_ms >= 0) {
+            int64_t left = until - mono_ns();
+            if (left <= 0) return false;
+            if (left < t.tv_nsec) t.tv_nsec = (long)left;
+        }
+        futex(&R.done_seq, FUTEX_WAIT_PRIVATE, done, &t);
+    }
+}
+
+/* A deferred thread starts now; one a fork child's other thread is
+ * creating, the caller waits for. */
+static bool thread_runs(void) {
+    lull_modules_ensure_started(); /* a process that has allocated nothing yet */
+    lull_reclaim_start_now();
+    while (atomic_load(&lull_reclaim_deferred) == LULL_RECLAIM_STARTING)
+        sched_yield();
+    return atomic_load(&R.running);
 }
 
 /* A huge malloc takes a cached mapping that fits. With no reclaim thread
@@ -450,7 +375,7 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
          * of up to 100 ms later. This path makes an mmap anyway. Without
          * it, a program replacing 20-64 MiB blocks at random peaked with
          * 245 MiB of passed-over mappings still resident. */
-        request_tick();
+        request_tick(false);
         return NULL;
     }
     if (found || atomic_load_explicit(&R.running, memory_order_relaxed)) return found;
@@ -482,29 +407,50 @@ void lull_reclaim_huge_push(lull_huge *h) {
         return;
     }
     if (__atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)) {
-        /* any request thread: not the single-writer STAT_ADD */
-        __atomic_fetch_add(&R.stats.inline_purges, 1, __ATOMIC_RELAXED);
-        lull_huge_unmap(h);
+        STAT_ADD(inline_purges, 1);
+        lull_huge_unmap(h, true);
         return;
     }
     lull_huge_queue_push(h);
 }
 
 LULL_EXPORT bool lull_reclaim_now(void) {
-    lull_modules_ensure_started(); /* a process that has allocated nothing yet */
-    lull_reclaim_start_now();
-    /* another thread of a fork child may be creating it */
-    while (atomic_load(&lull_reclaim_deferred) == LULL_RECLAIM_STARTING)
-        sched_yield();
-    if (!atomic_load(&R.running)) return false;
-    uint32_t seq = request_tick();
+    if (!thread_runs()) return false;
     /* a tick that started after our request answers it */
-    for (;;) {
-        uint32_t done = atomic_load_explicit(&R.done_seq, memory_order_acquire);
-        if ((int32_t)(done - seq) >= 0) return true;
-        struct timespec t = {0, 50 * 1000000L};
-        futex(&R.done_seq, FUTEX_WAIT_PRIVATE, done, &t);
+    wait_for_tick(request_tick(false), -1);
+    return true;
+}
+
+void lull_reclaim_purge_all(void) {
+    if (on_reclaim_thread) { /* a tick hook: between steps, as a tick is */
+        lull_purge_now(&R.backend, &R.stats);
+        return;
     }
+    if (thread_runs()) {
+        wait_for_tick(request_tick(true), -1);
+        return;
+    }
+    /* No reclaim thread (its start failed, or this thread may not start
+     * it): the program asked for the purge, so its caller makes it, as
+     * inline_purge's freeing threads do */
+    STAT_ADD(inline_purges, 1);
+    lull_purge_now_on_caller(&R.stats);
+}
+
+/* The heap limit's relief (base/resident.h): a forced tick, waited for at
+ * most LULL_LIMIT_WAIT_MS. Not on the reclaim thread (it would wait for
+ * itself), nor on an exiting thread past its heap's destructor (it holds
+ * the late heap's lock, which the tick's collection takes). A deferred
+ * thread starts here (the callers are start points, reclaim.h); one being
+ * created is not waited for: this may be its creator's own allocation,
+ * inside pthread_create. */
+static bool relieve(void) {
+    if (on_reclaim_thread || lull_reclaim_no_start) return false;
+    lull_reclaim_start_now();
+    if (!atomic_load(&R.running)) return false;
+    STAT_ADD(limit_waits, 1);
+    wait_for_tick(request_tick(true), LULL_LIMIT_WAIT_MS);
+    return true;
 }
 
 /* Any thread. The figures are words the reclaim thread stores atomically
@@ -524,6 +470,8 @@ void lull_reclaim_get_stats(lull_reclaim_stats *out) {
     STAT_GET(huge_purged_bytes);
     STAT_GET(page_purged_bytes);
     STAT_GET(inline_purges);
+    STAT_GET(forced_ticks);
+    STAT_GET(limit_waits);
     STAT_GET(backend);
     STAT_GET(delay_ms);
     STAT_GET(mode);
@@ -546,15 +494,15 @@ const purge_backend *lull_reclaim_backend(void) {
 /* No step of the reclaim thread is half done while a fork copies the
  * process: every slice is in exactly one map then. */
 static void reclaim_fork_prepare(void) {
-    pthread_mutex_lock(&step_lock);
+    lull_steps_lock();
 }
 
 static void reclaim_fork_parent(void) {
-    pthread_mutex_unlock(&step_lock);
+    lull_steps_unlock();
 }
 
 static void reclaim_fork_child(void) {
-    pthread_mutex_init(&step_lock, NULL);
+    lull_steps_after_fork_child();
     /* the parent's reclaim thread does not exist here, and its ring must
      * never be used: forget it. A thread of our own starts on first need
      * (reclaim.h), never here: the child stays single-threaded until then */
@@ -567,6 +515,7 @@ static void reclaim_fork_child(void) {
     atomic_store(&R.started, false);
     atomic_store(&R.request_seq, 0);
     atomic_store(&R.done_seq, 0);
+    atomic_store(&R.force_pending, 0);
     memset(&R.stats, 0, sizeof R.stats);
     if (wanted)
         defer_start();
@@ -608,5 +557,6 @@ void lull_reclaim_register(void) {
     };
     lull_huge_release_hook = lull_reclaim_huge_push;
     lull_huge_reuse_hook = huge_reuse;
+    __atomic_store_n(&lull_resident_relief_hook, relieve, __ATOMIC_RELEASE);
     lull_register_module(&hooks);
 }

@@ -6,6 +6,7 @@
 #include "reclaim/refault.h"
 #include "base/config.h"
 #include "base/linux_compat.h"
+#include "base/resident.h"
 
 #define STEP_RUNS 64
 
@@ -21,6 +22,32 @@ static size_t warm_slices(void) {
     for (int i = 0; i < lull_arena_count; i++)
         n += lull_arena_count_slices(&lull_arenas[i], 1);
     return n;
+}
+
+/* Purge up to max_slices warm slices, one batch; the bytes purged. */
+static uint64_t drain(struct purge_backend *b, size_t max_slices) {
+    lull_slice_run runs[STEP_RUNS];
+    purge_range ranges[STEP_RUNS];
+    int results[STEP_RUNS];
+    size_t n = 0;
+    for (int i = 0; i < lull_arena_count && n == 0; i++)
+        n = lull_arena_take_warm(&lull_arenas[i], max_slices, runs, STEP_RUNS);
+    if (n == 0) return 0;
+    purge_ranges_of_runs(runs, n, ranges);
+    purge_backend_run(b, ranges, n, MADV_DONTNEED, results);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] == 0) {
+            /* MADV_DONTNEED dropped the write-protect markers */
+            lull_refault_after_purge(ranges[i].addr, ranges[i].len);
+            lull_arena_purge_done(&runs[i], false);
+            bytes += ranges[i].len;
+        } else {
+            lull_arena_make_warm(&runs[i]);
+        }
+    }
+    __atomic_store_n(&W.stats.drained_bytes, W.stats.drained_bytes + bytes, __ATOMIC_RELAXED);
+    return bytes;
 }
 
 bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
@@ -51,6 +78,13 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
     int results[STEP_RUNS];
     if (have < target) {
         size_t want = target - have, n = 0;
+        /* prefaulted slices are resident: within the heap limit. The room
+         * is held for this step (the finish of each run counts it again,
+         * then the hold goes), so no request thread takes it meanwhile */
+        uint64_t room = lull_resident_room();
+        if (room >> LULL_SLICE_SHIFT < want) want = (size_t)(room >> LULL_SLICE_SHIFT);
+        uint64_t held = (uint64_t)want << LULL_SLICE_SHIFT;
+        if (!want || !lull_resident_try_grow(held)) return false;
         for (int i = 0; i < lull_arena_count && n == 0; i++) {
             n = lull_arena_take_clean(&lull_arenas[i], want, runs, STEP_RUNS);
             if (n == 0 && lull_arena_add_spare_segment(&lull_arenas[i])) {
@@ -59,7 +93,10 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
                 n = lull_arena_take_clean(&lull_arenas[i], want, runs, STEP_RUNS);
             }
         }
-        if (n == 0) return false;
+        if (n == 0) {
+            lull_resident_sub(held);
+            return false;
+        }
         purge_ranges_of_runs(runs, n, ranges);
         purge_backend_run(b, ranges, n, MADV_POPULATE_WRITE, results);
         uint64_t bytes = 0;
@@ -71,32 +108,26 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
                 lull_arena_return_clean(&runs[i]); /* e.g. a kernel before 5.14 */
             }
         }
+        lull_resident_sub(held);
         __atomic_store_n(&W.stats.prefaulted_bytes, W.stats.prefaulted_bytes + bytes,
                          __ATOMIC_RELAXED);
         return true;
     }
-    if (have > target) { /* shrink: purge the surplus */
-        size_t n = 0;
-        for (int i = 0; i < lull_arena_count && n == 0; i++)
-            n = lull_arena_take_warm(&lull_arenas[i], have - target, runs, STEP_RUNS);
-        if (n == 0) return false;
-        purge_ranges_of_runs(runs, n, ranges);
-        purge_backend_run(b, ranges, n, MADV_DONTNEED, results);
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (results[i] == 0) {
-                /* MADV_DONTNEED dropped the write-protect markers */
-                lull_refault_after_purge(ranges[i].addr, ranges[i].len);
-                lull_arena_purge_done(&runs[i], false);
-                bytes += ranges[i].len;
-            } else {
-                lull_arena_make_warm(&runs[i]);
-            }
-        }
-        __atomic_store_n(&W.stats.drained_bytes, W.stats.drained_bytes + bytes, __ATOMIC_RELAXED);
-        return true;
-    }
+    if (have > target) /* shrink: purge the surplus */
+        return drain(b, have - target) > 0;
     return false;
+}
+
+uint64_t lull_warm_reserve_drain_all(struct purge_backend *b) {
+    uint64_t bytes = 0, got;
+    while ((got = drain(b, SIZE_MAX)) > 0)
+        bytes += got;
+    /* the demand seen so far is answered: no prefault until purged slices
+     * come back into use again */
+    W.recent_refault_slices = 0;
+    W.last_refault_ms = 0;
+    __atomic_store_n(&W.stats.target_bytes, 0, __ATOMIC_RELAXED);
+    return bytes;
 }
 
 void lull_warm_reserve_stats(lull_warm_stats *out) {

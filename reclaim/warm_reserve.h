@@ -22,8 +22,13 @@ typedef struct lull_warm_stats {
 } lull_warm_stats;
 
 struct purge_backend;
-/* One step on the reclaim tick; true if it did work. */
+/* One step on the reclaim tick; true if it did work. A prefault never
+ * takes the resident estimate past the heap limit (base/resident.h). */
 bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now_ms);
+/* Purge the whole reserve now and forget the demand seen so far (no
+ * prefault until purged slices are used again): lull_purge_all. The bytes
+ * purged. Inside one step, as the tick. */
+uint64_t lull_warm_reserve_drain_all(struct purge_backend *b);
 void lull_warm_reserve_stats(lull_warm_stats *out);
 
 #endif

@@ -35,6 +35,13 @@ LULL_EXPORT void lull_thread_collect(void) {
     lull_reclaim_start_point();
 }
 
+LULL_EXPORT void lull_purge_all(void) {
+    /* this thread's kept spans and held remote frees first: what the purge
+     * can reach is what lies in the arenas and the huge cache */
+    lull_thread_collect();
+    lull_reclaim_purge_all();
+}
+
 LULL_EXPORT int lull_thread_set_node(int node) {
     lull_ensure_init();
     lull_heap *h = lull_heap_get_or_create();

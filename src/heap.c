@@ -9,6 +9,7 @@
 #include "numa/home_arena.h"
 #include "base/message.h"
 #include "base/race.h"
+#include "base/resident.h"
 #include "src/size_class.h"
 #include "src/span.h"
 #include "src/span_park.h"
@@ -31,6 +32,9 @@ static lull_heap *abandoned[LULL_MAX_NODES];
 static uint8_t *chunk_next, *chunk_end;
 static pthread_key_t heap_key;
 _Atomic uint64_t lull_heap_chunk_bytes;
+/* Of those, the bytes handed out as heaps: the rest of a chunk is never
+ * touched (the statistics count it purged, the resident estimate not) */
+_Atomic uint64_t lull_heap_used_bytes;
 
 /* Set once lull's key destructor has abandoned this thread's heap: what the
  * thread allocates after that (another key's destructor, in a later round
@@ -71,6 +75,10 @@ static lull_heap *heap_alloc_locked(void) {
     }
     lull_heap *h = (lull_heap *)chunk_next;
     chunk_next += sz;
+    atomic_fetch_add_explicit(&lull_heap_used_bytes, sz, memory_order_relaxed);
+    /* not checked against the heap limit (base/resident.h): a heap is a
+     * few KiB, and every allocation and remote free of a thread needs it */
+    lull_resident_add(sz);
     for (unsigned c = 0; c < LULL_CLASSES; c++)
         lull_heap_set_current(h, c, &lull_span_empty);
     h->next_all = all_heaps;

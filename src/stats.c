@@ -13,12 +13,13 @@
 #include "src/init.h"
 #include "numa/huge.h"
 #include "base/message.h"
+#include "base/resident.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-extern _Atomic uint64_t lull_heap_chunk_bytes;
+extern _Atomic uint64_t lull_heap_chunk_bytes, lull_heap_used_bytes;
 extern _Atomic uint64_t lull_os_slack_bytes;
 const purge_backend *lull_reclaim_backend(void);
 
@@ -172,9 +173,14 @@ void lull_stats_collect(struct lull_counters *out) {
         node->huge_cache_hits = atomic_load_explicit(&h->reused, memory_order_relaxed);
         node->huge_cache_misses = atomic_load_explicit(&h->fresh, memory_order_relaxed);
     }
+    /* heap chunks: the heaps handed out, and the rest never touched (read
+     * first: it is never larger than the chunks) */
+    uint64_t heap_used = atomic_load(&lull_heap_used_bytes);
     uint64_t heap_bytes = atomic_load(&lull_heap_chunk_bytes);
+    if (heap_used > heap_bytes) heap_used = heap_bytes;
     out->nodes[0].acct.mapped += heap_bytes;
-    out->nodes[0].acct.metadata += heap_bytes;
+    out->nodes[0].acct.metadata += heap_used;
+    out->nodes[0].acct.purged += heap_bytes - heap_used;
     uint64_t slack = atomic_load(&lull_os_slack_bytes); /* alignment slack: mapped, untouched */
     out->nodes[0].acct.mapped += slack;
     out->nodes[0].acct.purged += slack;
@@ -260,5 +266,11 @@ LULL_EXPORT void lull_print_stats(int fd) {
             (unsigned long long)(c.purge_bytes[1] + c.purge_bytes[2] + c.purge_bytes[3]) >> 10,
             (unsigned long long)c.huge_unmapped, (unsigned long long)cache >> 10,
             (unsigned long long)hits, (unsigned long long)misses);
+    uint64_t limit = lull_resident_limit();
+    char limit_text[32] = "none";
+    if (limit) snprintf(limit_text, sizeof limit_text, "%llu KiB", (unsigned long long)limit >> 10);
+    dprintf(fd, "lull: heap limit %s, resident %llu KiB, %llu allocations refused for the limit\n",
+            limit_text, (unsigned long long)lull_resident_bytes() >> 10,
+            (unsigned long long)lull_resident_refusals());
     dprintf(fd, "lull: config %s\n", c.config);
 }

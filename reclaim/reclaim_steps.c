@@ -1,0 +1,171 @@
+/* The reclaim steps; see reclaim_steps.h. */
+#include "reclaim/reclaim_steps.h"
+#include "numa/page_park.h"
+#include "reclaim/huge_reclaim.h"
+#include "reclaim/purge_backend.h"
+#include "reclaim/refault.h"
+#include "reclaim/warm_reserve.h"
+#include "base/race.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+/* Held across each step that moves slices or huge mappings through a
+ * state no map, slot or queue records, and by fork's prepare handler. */
+static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void lull_steps_lock(void) {
+    pthread_mutex_lock(&step_lock);
+}
+
+void lull_steps_unlock(void) {
+    pthread_mutex_unlock(&step_lock);
+}
+
+void lull_steps_after_fork_child(void) {
+    pthread_mutex_init(&step_lock, NULL);
+}
+
+#define STAT_ADD(st, field, v) __atomic_fetch_add(&(st)->field, (v), __ATOMIC_RELAXED)
+
+void purge_ranges_of_runs(const lull_slice_run *runs, size_t n, purge_range *ranges) {
+    for (size_t i = 0; i < n; i++) {
+        ranges[i].addr = lull_slice_address(runs[i].segment, runs[i].first);
+        ranges[i].len = (size_t)runs[i].count << LULL_SLICE_SHIFT;
+    }
+}
+
+/* Purge claimed runs in one backend batch and finish each: FREE_CLEAN (the
+ * refault monitor re-arms it first: MADV_DONTNEED dropped its markers) or,
+ * if the kernel refused, FREE_DIRTY again. Returns the bytes purged. */
+static size_t purge_runs(struct purge_backend *b, lull_reclaim_stats *st,
+                         const lull_slice_run *runs, size_t n, int advice) {
+    purge_range ranges[LULL_STEP_RUNS] = {{0}}; /* (gcc cannot see that n <= LULL_STEP_RUNS) */
+    int results[LULL_STEP_RUNS];
+    purge_ranges_of_runs(runs, n, ranges);
+    LULL_RACE_POINT(LULL_RACE_RECLAIM_PURGE);
+    purge_backend_run(b, ranges, n, advice, results);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] == 0) {
+            lull_refault_after_purge(ranges[i].addr, ranges[i].len);
+            lull_arena_purge_done(&runs[i], advice == MADV_FREE);
+            bytes += ranges[i].len;
+        } else {
+            lull_arena_purge_failed(&runs[i]);
+            STAT_ADD(st, purge_failures, 1);
+        }
+    }
+    return bytes;
+}
+
+bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_arena *a,
+                      uint32_t freed_before, bool any_age, int advice) {
+    lull_slice_run runs[LULL_STEP_RUNS];
+    bool work = false;
+    for (;;) {
+        lull_steps_lock();
+        size_t n = any_age ? lull_arena_claim_all_dirty(a, runs, LULL_STEP_RUNS, LULL_STEP_BYTES)
+                           : lull_arena_claim_dirty(a, freed_before, runs, LULL_STEP_RUNS,
+                                                    LULL_STEP_BYTES);
+        size_t bytes = n ? purge_runs(b, st, runs, n, advice) : 0;
+        lull_steps_unlock();
+        if (n == 0) break;
+        work = true;
+        STAT_ADD(st, purge_runs, n);
+        STAT_ADD(st, purged_bytes, bytes);
+        if (n < LULL_STEP_RUNS && bytes < LULL_STEP_BYTES) break;
+    }
+    return work;
+}
+
+/* MADV_FREE'd slices still count in RSS until the kernel needs the pages:
+ * the ones that stayed free long enough are purged for good. */
+bool lull_step_lazy(struct purge_backend *b, lull_reclaim_stats *st, lull_arena *a,
+                    uint32_t purged_before, bool any_age) {
+    lull_slice_run runs[LULL_STEP_RUNS];
+    bool work = false;
+    size_t n;
+    do {
+        lull_steps_lock();
+        n = any_age ? lull_arena_claim_all_lazy(a, runs, LULL_STEP_RUNS)
+                    : lull_arena_claim_lazy(a, purged_before, runs, LULL_STEP_RUNS);
+        if (n) purge_runs(b, st, runs, n, MADV_DONTNEED);
+        lull_steps_unlock();
+        work |= n > 0;
+    } while (any_age && n == LULL_STEP_RUNS);
+    return work;
+}
+
+/* Pages parked inside spans still in use (numa/page_park.h), one batch of
+ * runs a step, adjacent runs merged into one range. Always MADV_DONTNEED:
+ * their span is in use, so nothing would purge a MADV_FREE'd page again,
+ * and it would count in RSS until the kernel runs short. */
+bool lull_step_pages(struct purge_backend *b, lull_reclaim_stats *st, lull_arena *a,
+                     uint32_t parked_before, bool any_age) {
+    lull_page_run runs[LULL_STEP_RUNS];
+    purge_range ranges[LULL_STEP_RUNS];
+    int results[LULL_STEP_RUNS];
+    uint16_t range_of[LULL_STEP_RUNS];
+    bool work = false;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s;
+         s = s->next) {
+        for (;;) {
+            lull_steps_lock();
+            size_t n = any_age ? lull_pages_claim_all(s, runs, LULL_STEP_RUNS)
+                               : lull_pages_claim(s, parked_before, runs, LULL_STEP_RUNS);
+            size_t k = 0, bytes = 0;
+            for (size_t i = 0; i < n; i++) {
+                size_t len;
+                char *addr = lull_page_run_address(&runs[i], &len);
+                if (k && (char *)ranges[k - 1].addr + ranges[k - 1].len == addr)
+                    ranges[k - 1].len += len;
+                else
+                    ranges[k++] = (purge_range){.addr = addr, .len = len};
+                range_of[i] = (uint16_t)(k - 1);
+            }
+            if (n) purge_backend_run(b, ranges, k, MADV_DONTNEED, results);
+            for (size_t i = 0; i < n; i++) {
+                bool ok = results[range_of[i]] == 0;
+                lull_pages_finish(&runs[i], ok);
+                if (ok) bytes += (size_t)__builtin_popcount(runs[i].mask) * LULL_PAGE_SIZE;
+            }
+            lull_steps_unlock();
+            if (n == 0) break;
+            work = true;
+            for (size_t i = 0; i < k; i++)
+                if (results[i]) STAT_ADD(st, purge_failures, 1);
+            STAT_ADD(st, purge_runs, k);
+            STAT_ADD(st, purged_bytes, bytes);
+            STAT_ADD(st, page_purged_bytes, bytes);
+            if (n < LULL_STEP_RUNS) break;
+        }
+    }
+    return work;
+}
+
+bool lull_step_huge(struct purge_backend *b, lull_reclaim_stats *st, uint32_t now, long delay,
+                    int advice, bool all) {
+    lull_huge_reclaim_counts c = {0};
+    /* one step: a mapping evicted from its slot or taken off the queue is
+     * in neither until it is unmapped or cached again */
+    lull_steps_lock();
+    bool work =
+        all ? lull_huge_reclaim_all(b, now, &c) : lull_huge_reclaim_tick(b, now, delay, advice, &c);
+    lull_steps_unlock();
+    STAT_ADD(st, huge_freed, c.unmapped);
+    STAT_ADD(st, huge_freed_bytes, c.unmapped_bytes);
+    STAT_ADD(st, purged_bytes, c.purged_bytes);
+    STAT_ADD(st, huge_purged_bytes, c.purged_bytes);
+    STAT_ADD(st, purge_failures, c.purge_failures);
+    return work;
+}
+
+/* The warm reserve takes clean (or warm) slices into PURGING, prefaults
+ * (or purges) them and finishes them: one step. */
+bool lull_step_warm(struct purge_backend *b, uint32_t now, bool all) {
+    lull_steps_lock();
+    bool work = all ? lull_warm_reserve_drain_all(b) > 0 : lull_warm_reserve_tick(b, now);
+    lull_steps_unlock();
+    return work;
+}
