@@ -130,6 +130,13 @@ static uint64_t resident_pages(const lull_span *s) {
     return touched > s->parked_pages ? touched - s->parked_pages : 0;
 }
 
+/* Can a move land in s: a free block on its list, or in its parking
+ * bitmap on a resident page (landing on a parked page would fault it in
+ * for the page a move frees: nothing gained). */
+static bool takes_blocks(const lull_span *s) {
+    return s->free || (s->parking && lull_span_park_has_resident_free(s));
+}
+
 /* Walk class c's queue: its spans that are not full (a full span stays
  * in the queue until a refill passes it), the blocks in use in them and
  * their resident pages, and the densest spans with a free block on their
@@ -146,7 +153,7 @@ static lull_defrag_view *view_walk(lull_heap *h, unsigned c) {
         used += u;
         spans++;
         pages += resident_pages(s);
-        if (!lull_span_has_free(s)) continue;
+        if (!takes_blocks(s)) continue;
         /* insert into the densest few, densest first (first seen wins a tie) */
         unsigned i = LULL_DEFRAG_TARGETS;
         while (i > 0 && (!best[i - 1] || u > best_used[i - 1]))
@@ -174,8 +181,8 @@ static lull_defrag_view *view_walk(lull_heap *h, unsigned c) {
 static bool target_ok(const lull_heap *h, unsigned c, const lull_defrag_view *v, unsigned i) {
     const lull_span *s = v->target[i];
     return s && atomic_load_explicit(&s->heap, memory_order_relaxed) == h &&
-           s->kind == LULL_SPAN_SMALL && s->size_class == c && !s->in_full &&
-           lull_span_has_free(s) && lull_span_used(s) >= v->target_used[i];
+           s->kind == LULL_SPAN_SMALL && s->size_class == c && !s->in_full && takes_blocks(s) &&
+           lull_span_used(s) >= v->target_used[i];
 }
 
 /* The view of class c of the calling thread's heap h, walked again if it is
@@ -184,7 +191,7 @@ static lull_defrag_view *view_of(lull_heap *h, unsigned c) {
     views_check(h);
     lull_defrag_view *v = &h->defrag[c];
     if (v->epoch != h->defrag_epoch) return view_walk(h, c);
-    if (!v->target[0] || lull_span_has_free(v->target[0])) return v;
+    if (!v->target[0] || takes_blocks(v->target[0])) return v;
     for (unsigned i = 1; i < LULL_DEFRAG_TARGETS; i++)
         if (target_ok(h, c, v, i)) {
             v->target[0] = v->target[i];
@@ -330,16 +337,14 @@ LULL_EXPORT int lull_defrag_query(const void *const *ptrs, size_t n, lull_defrag
 /* Pop a block from the target, as malloc does from its current span; a
  * target that fills up leaves the class's non-full figures. */
 static void *pop_from(lull_heap *h, lull_span *t, lull_defrag_view *v) {
-    if (!t->free) {
-        /* a parking target threads its free blocks again (its pages come
-         * back: it is the densest, and fills up); NULL while the reclaim
-         * thread purges one of them */
-        uint64_t before = resident_pages(t);
-        if (!lull_span_unpark(t, true) || !t->free) return NULL;
-        v->pages += resident_pages(t) - before;
-    }
     lull_block *b = t->free;
-    t->free = lull_block_next(b);
+    if (b) {
+        t->free = lull_block_next(b);
+    } else {
+        /* a parking target stays parking: the block comes out of its
+         * bitmap, on a resident page (its parked pages stay out) */
+        if (!t->parking || !(b = lull_span_park_take(t))) return NULL;
+    }
     t->used++;
     h->allocs++;
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
@@ -373,14 +378,14 @@ LULL_EXPORT void *lull_defrag_move(void *p) {
     void *q = pop_from(h, t, v);
     if (!q) return p;
     memcpy(q, p, span->block_size);
+    uint64_t returned = h->spans_returned;
+    uint64_t pages_before = mine ? resident_pages(span) : 0;
     /* the span a block leaves parks from now on: each page a move
      * empties goes back at once (a span thinned by moves stayed resident
      * until its count reached its park_start: the ratio stopped at 1.21,
      * not 1.10) */
     if (mine && !span->parking && !span->kept && lull_classes[c].park_start)
         lull_span_park_start(span);
-    uint64_t returned = h->spans_returned;
-    uint64_t pages_before = mine ? resident_pages(span) : 0;
     lull_free_inline(p); /* local, or a remote free to p's owner */
     bool alive = mine && atomic_load_explicit(&span->heap, memory_order_relaxed) == h;
     /* The view stays right if the heap did only what it expects: one block

@@ -36,9 +36,10 @@ static inline void lull_span_update_slow(lull_span *s) {
         s->used &= ~LULL_SPAN_SLOW_FREE;
 }
 
-/* Has free blocks for malloc: on its list, or recorded while parking. */
+/* Has free blocks for malloc: on its list, or recorded while parking
+ * (then every carved block not in use is in the bitmap). */
 static inline bool lull_span_has_free(const lull_span *s) {
-    return s->free || s->parking;
+    return s->free || (s->parking && lull_span_used(s) < s->carved);
 }
 
 static inline void lull_span_set_in_full(lull_span *s, bool on) {

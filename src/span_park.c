@@ -157,6 +157,41 @@ void lull_span_park_absorb(lull_span *s) {
     s->free = NULL;
 }
 
+/* Is every page [first, last] of the span NONE? */
+static bool pages_resident(const lull_span *s, size_t first, size_t last) {
+    for (size_t p = first; p <= last; p++)
+        if (page_out(s, p)) return false;
+    return true;
+}
+
+/* The first free block whose pages are all resident (NONE), or SIZE_MAX. */
+static size_t resident_free_block(const lull_span *s) {
+    const uint64_t *bits = bitmap_of(s);
+    uint32_t bs = s->block_size;
+    for (size_t w = 0; w < bitmap_words(s); w++)
+        for (uint64_t x = bits[w]; x; x &= x - 1) {
+            size_t i = w * 64 + (size_t)__builtin_ctzll(x), off = i * bs;
+            if (pages_resident(s, off / LULL_PAGE_SIZE, (off + bs - 1) / LULL_PAGE_SIZE)) return i;
+        }
+    return SIZE_MAX;
+}
+
+bool lull_span_park_has_resident_free(const lull_span *s) {
+    return resident_free_block(s) != SIZE_MAX;
+}
+
+lull_block *lull_span_park_take(lull_span *s) {
+    size_t i = resident_free_block(s);
+    if (i == SIZE_MAX) return NULL;
+    uint64_t *bits = bitmap_of(s);
+    uint8_t *live = live_of(s);
+    size_t off = i * s->block_size;
+    bits[i / 64] &= ~((uint64_t)1 << (i % 64));
+    for (size_t p = off / LULL_PAGE_SIZE; p <= (off + s->block_size - 1) / LULL_PAGE_SIZE; p++)
+        if (live[p] != NEVER) live[p]++;
+    return (lull_block *)(lull_span_start(s) + off);
+}
+
 bool lull_span_parking_has(const lull_span *s, const void *p) {
     size_t i = block_at(s, (size_t)((const uint8_t *)p - lull_span_start(s)));
     return bitmap_of(s)[i / 64] >> (i % 64) & 1;

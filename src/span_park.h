@@ -25,6 +25,11 @@ void lull_span_park_start(lull_span *s);
  * paths push before the slow path runs) goes into the bitmap, and pages
  * left with no live block are parked. Aborts on a double free. */
 void lull_span_park_absorb(lull_span *s);
+/* While parking: a free block on resident pages taken out of the bitmap
+ * (as malloc would pop one; the caller counts it in `used`), or NULL; a
+ * block on a parked page is not taken, which would fault the page in. */
+lull_block *lull_span_park_take(lull_span *s);
+bool lull_span_park_has_resident_free(const lull_span *s);
 /* While parking: is the block at p free (its bit set)? */
 bool lull_span_parking_has(const lull_span *s, const void *p);
 /* Stop parking: take every page back and, if `thread`, put the free blocks
