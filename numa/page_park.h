@@ -48,15 +48,6 @@ static inline uint32_t lull_pages_in(uint32_t word, uint32_t state) {
     return out;
 }
 
-/* the pages of a word not NONE, as a 16-bit mask */
-static inline uint32_t lull_pages_out(uint32_t word) {
-    uint32_t any = (word | word >> 1) & 0x55555555u;
-    uint32_t out = 0;
-    for (; any; any &= any - 1)
-        out |= 1u << (__builtin_ctz(any) / 2);
-    return out;
-}
-
 static inline uint32_t lull_pages_word(const lull_segment *s, unsigned slice) {
     return atomic_load_explicit(&s->page_state[slice], memory_order_acquire);
 }

@@ -29,7 +29,6 @@
  * plus one each time the few densest spans of the walk have filled up. */
 #include "lull.h"
 #include "src/alloc.h"
-#include "numa/page_park.h"
 #include "src/span_park.h"
 
 #include <errno.h>
@@ -41,20 +40,6 @@ typedef struct {
     bool large;      /* a large or huge block (valid, never moved) */
     size_t size;     /* its usable size */
 } lull_defrag_block;
-
-/* Any page the block overlaps not NONE: it is free (parked pages hold only
- * free blocks). Racy for another heap's span, and only a hint there. */
-static bool on_parked_page(const lull_span *span, const void *p) {
-    const lull_segment *seg = lull_segment_of(span);
-    size_t off = (size_t)((const uint8_t *)p - lull_span_start(span));
-    unsigned first = (unsigned)(span - seg->slices);
-    for (size_t pg = off / LULL_PAGE_SIZE; pg <= (off + span->block_size - 1) / LULL_PAGE_SIZE;
-         pg++) {
-        uint32_t word = lull_pages_word(seg, first + (unsigned)(pg / LULL_PAGES_PER_SLICE));
-        if (word >> (2 * (pg % LULL_PAGES_PER_SLICE)) & 3) return true;
-    }
-    return false;
-}
 
 /* What p is, without aborting: the checks of free() (segment map, span
  * kind, owner, block start), then, for a block of the caller's own heap,
@@ -93,7 +78,7 @@ __attribute__((no_sanitize("thread"))) static bool classify(const void *p, lull_
     if (off >= (size_t)carved * span->block_size) return false; /* never handed out */
     if (owner == lull_tl_heap) {
         const lull_block *b = p;
-        if (span->parked_pages && on_parked_page(span, p)) return false;
+        if (span->parked_pages && lull_span_block_on_parked_page(span, p)) return false;
         if (span->parking && lull_span_parking_has(span, p)) return false; /* freed, recorded */
         /* a free block's first word is a link; a live one's rarely looks
          * like one, and then the list is walked to be sure */

@@ -140,13 +140,9 @@ void lull_span_park_absorb(lull_span *s) {
     for (lull_block *b = s->free, *next; b && left--; b = next) {
         next = lull_block_next(b);
         size_t off = (size_t)((uint8_t *)b - start), i = block_at(s, off);
-        if (bits[i / 64] >> (i % 64) & 1) {
-            bool given_back = false;
-            for (size_t p = off / LULL_PAGE_SIZE; p <= (off + bs - 1) / LULL_PAGE_SIZE; p++)
-                given_back |= page_out(s, p);
+        if (bits[i / 64] >> (i % 64) & 1)
             lull_fatal("free(): double free of %p (block of %u bytes%s)", (void *)b, bs,
-                       given_back ? ", on a page given back" : "");
-        }
+                       lull_span_block_on_parked_page(s, b) ? ", on a page given back" : "");
         bits[i / 64] |= (uint64_t)1 << (i % 64);
         for (size_t p = off / LULL_PAGE_SIZE; p <= (off + bs - 1) / LULL_PAGE_SIZE; p++)
             if (live[p] != NEVER && --live[p] == 0) {
@@ -155,6 +151,13 @@ void lull_span_park_absorb(lull_span *s) {
             }
     }
     s->free = NULL;
+}
+
+bool lull_span_block_on_parked_page(const lull_span *s, const void *p) {
+    size_t off = (size_t)((const uint8_t *)p - lull_span_start(s));
+    for (size_t pg = off / LULL_PAGE_SIZE; pg <= (off + s->block_size - 1) / LULL_PAGE_SIZE; pg++)
+        if (page_out(s, pg)) return true;
+    return false;
 }
 
 /* Is every page [first, last] of the span NONE? */

@@ -30,6 +30,9 @@ void lull_span_park_absorb(lull_span *s);
  * block on a parked page is not taken, which would fault the page in. */
 lull_block *lull_span_park_take(lull_span *s);
 bool lull_span_park_has_resident_free(const lull_span *s);
+/* Does the block at p overlap a page that is not NONE (parked, being
+ * purged or purged)? Racy, and only a hint, for another heap's span. */
+bool lull_span_block_on_parked_page(const lull_span *s, const void *p);
 /* While parking: is the block at p free (its bit set)? */
 bool lull_span_parking_has(const lull_span *s, const void *p);
 /* Stop parking: take every page back and, if `thread`, put the free blocks
