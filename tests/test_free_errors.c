@@ -12,6 +12,7 @@
 #include "src/span.h"
 #include "base/types.h"
 
+#include "tests/support/fork_capture.h"
 #include "tests/support/reexec.h"
 
 #include <criterion/criterion.h>
@@ -32,51 +33,6 @@
 #define MiB ((size_t)1 << 20)
 
 /* ---- running a bad operation in a child --------------------------------- */
-
-typedef struct {
-    int status;     /* from waitpid */
-    char err[4096]; /* the child's stderr */
-    size_t err_len;
-} child_result;
-
-static void read_all(int fd, char *buf, size_t cap, size_t *len) {
-    *len = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        *len += (size_t)n;
-        if (*len == cap - 1) break;
-    }
-    buf[*len] = 0;
-}
-
-/* Run fn(arg) in a child with stderr captured; the child exits 0 if fn
- * returns. */
-static void run_child(void (*fn)(void *), void *arg, child_result *r) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    /* stderr goes to the pipe already during fork: what the child's fork
-     * handlers say is the child's output too */
-    int saved = dup(STDERR_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        close(fds[1]);
-        close(saved);
-        fn(arg);
-        _exit(0);
-    }
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    cr_assert_geq(pid, 0);
-    close(fds[1]);
-    read_all(fds[0], r->err, sizeof r->err, &r->err_len);
-    close(fds[0]);
-    cr_assert_eq(waitpid(pid, &r->status, 0), pid);
-}
 
 static void expect_abort(const child_result *r, const void *addr, const char *word) {
     char where[32];
@@ -119,7 +75,7 @@ static void do_free(void *p) {
 Test(free_errors, free_of_a_stack_address, .init = warm) {
     long on_stack[4] = {0};
     child_result r;
-    run_child(do_free, &on_stack[1], &r);
+    run_in_child(do_free, &on_stack[1], &r);
     expect_abort(&r, &on_stack[1], "not allocated by lull");
     cr_assert_not_null(strstr(r.err, "invalid pointer"));
 }
@@ -128,7 +84,7 @@ static char a_global[64];
 
 Test(free_errors, free_of_a_global_address, .init = warm) {
     child_result r;
-    run_child(do_free, &a_global[8], &r);
+    run_in_child(do_free, &a_global[8], &r);
     expect_abort(&r, &a_global[8], "invalid pointer");
 }
 
@@ -138,7 +94,7 @@ static void do_usable(void *p) {
 
 Test(free_errors, usable_size_of_a_foreign_pointer, .init = warm) {
     child_result r;
-    run_child(do_usable, &a_global[0], &r);
+    run_in_child(do_usable, &a_global[0], &r);
     expect_abort(&r, &a_global[0], "invalid pointer");
     cr_assert_not_null(strstr(r.err, "usable_size"), "stderr: '%s'", r.err);
 }
@@ -149,7 +105,7 @@ Test(free_errors, free_of_an_interior_pointer_of_a_large_block, .init = warm) {
     cr_assert_not_null(p);
     for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
         child_result r;
-        run_child(do_free, p + offsets[k], &r);
+        run_in_child(do_free, p + offsets[k], &r);
         expect_abort(&r, p + offsets[k], "inside a large block");
     }
     lull_free(p); /* the parent's block is still fine */
@@ -161,7 +117,7 @@ Test(free_errors, free_of_an_interior_pointer_of_a_huge_block, .init = warm) {
     cr_assert_not_null(p);
     for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
         child_result r;
-        run_child(do_free, p + offsets[k], &r);
+        run_in_child(do_free, p + offsets[k], &r);
         if (strstr(r.err, "not allocated by lull"))
             /* beyond the header's 32 MiB: reported as foreign, also right */
             expect_abort(&r, p + offsets[k], "invalid pointer");
@@ -202,7 +158,7 @@ Test(free_errors, free_of_an_interior_pointer_of_a_huge_block_whose_data_looks_l
     char *p = lull_calloc(1, 20 * MiB);
     cr_assert_not_null(p);
     child_result r;
-    run_child(free_interior_of_crafted_huge, p, &r);
+    run_in_child(free_interior_of_crafted_huge, p, &r);
     expect_abort(&r, p + 4 * MiB, "inside a huge block");
     lull_free(p);
 }
@@ -226,11 +182,11 @@ Test(free_errors, free_of_a_pointer_into_free_slices, .init = warm) {
     cr_assert_geq(free_slice, 0, "no free slice in a fresh segment");
     char *in_free = (char *)lull_slice_address(seg, (unsigned)free_slice) + 128;
     child_result r;
-    run_child(do_free, in_free, &r);
+    run_in_child(do_free, in_free, &r);
     expect_abort(&r, in_free, "no block there");
 
     char *in_meta = (char *)seg + 256;
-    run_child(do_free, in_meta, &r);
+    run_in_child(do_free, in_meta, &r);
     expect_abort(&r, in_meta, "invalid pointer");
     lull_free(p);
 }
@@ -241,7 +197,7 @@ Test(free_errors, free_of_a_pointer_into_a_freed_large_block, .init = warm) {
     cr_assert_not_null(p);
     lull_free(p);
     child_result r;
-    run_child(do_free, p + MiB, &r);
+    run_in_child(do_free, p + MiB, &r);
     expect_abort(&r, p + MiB, "invalid pointer");
 }
 
@@ -256,7 +212,7 @@ static void double_free_small_of(size_t size) {
     void *p = lull_malloc(size);
     cr_assert_not_null(p);
     child_result r;
-    run_child(do_double_free, p, &r);
+    run_in_child(do_double_free, p, &r);
     expect_abort(&r, p, "double free");
     lull_free(p);
 }
@@ -281,7 +237,7 @@ Test(free_errors, double_free_of_a_small_block_between_other_frees, .init = warm
     cr_assert(a && g_b && g_c);
     lull_free(a);
     child_result r;
-    run_child(free_b_c_b, NULL, &r);
+    run_in_child(free_b_c_b, NULL, &r);
     expect_abort(&r, g_b, "double free");
     lull_free(g_b);
     lull_free(g_c);
@@ -301,7 +257,7 @@ Test(free_errors, double_free_of_a_large_block, .init = warm) {
     void *p = lull_malloc(MiB);
     cr_assert_not_null(p);
     child_result r;
-    run_child(do_double_free, p, &r);
+    run_in_child(do_double_free, p, &r);
     expect_abort(&r, p, "double free");
     lull_free(p);
 }
@@ -313,7 +269,7 @@ Test(free_errors, double_free_of_a_huge_block_still_queued, .init = warm) {
     cr_assert_not_null(p);
     lull_fault_arm(LULL_FAULT_THREAD_CREATE, 1); /* the child's reclaim thread fails to start */
     child_result r;
-    run_child(do_double_free, p, &r);
+    run_in_child(do_double_free, p, &r);
     lull_fault_arm(LULL_FAULT_THREAD_CREATE, 0);
     expect_abort(&r, p, "double free");
     cr_assert_not_null(strstr(r.err, "huge"), "stderr: '%s'", r.err);
@@ -341,7 +297,7 @@ static void double_free_huge_after_reclaim(void *p) {
 static void expect_huge_double_free(void (*child)(void *), const char *problem, child_result *r) {
     void *p = lull_malloc(20 * MiB);
     cr_assert_not_null(p);
-    run_child(child, p, r);
+    run_in_child(child, p, r);
     cr_assert_not(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 3, "no reclaim thread");
     expect_abort(r, p, problem);
     lull_free(p);
@@ -376,15 +332,15 @@ Test(free_errors, free_sized_with_a_wrong_size, .init = warm) {
     void *p = lull_malloc(100); /* a 112-byte block */
     cr_assert_not_null(p);
     child_result r;
-    run_child(free_sized_50, p, &r);
+    run_in_child(free_sized_50, p, &r);
     expect_abort(&r, p, "does not match");
-    run_child(free_sized_300, p, &r);
+    run_in_child(free_sized_300, p, &r);
     expect_abort(&r, p, "larger than block");
     lull_free_sized(p, 100);
 
     void *large = lull_malloc(2 * MiB);
     cr_assert_not_null(large);
-    run_child(free_sized_too_big, large, &r);
+    run_in_child(free_sized_too_big, large, &r);
     expect_abort(&r, large, "larger than block");
     lull_free_sized(large, 2 * MiB);
 }
@@ -416,7 +372,7 @@ static void expect_interior_abort(void (*fn)(void *)) {
     cr_assert_not_null(p);
     for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
         child_result r;
-        run_child(fn, p + offsets[k], &r);
+        run_in_child(fn, p + offsets[k], &r);
         expect_abort(&r, p + offsets[k], "invalid pointer");
         cr_assert_not_null(strstr(r.err, "112-byte block"), "stderr: '%s'", r.err);
         char block[32];
@@ -466,7 +422,7 @@ static void expect_remote_double_free(void *const *order, int n) {
     memcpy(g_remote, order, (size_t)n * sizeof *order);
     g_remote_frees = n;
     child_result r;
-    run_child(remote_double_free, NULL, &r);
+    run_in_child(remote_double_free, NULL, &r);
     expect_abort(&r, order[0], "double free");
     cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
 }
@@ -503,7 +459,7 @@ static void capture_stderr(bool (*fn)(const char *, const char *), const char *k
     dup2(saved, STDERR_FILENO);
     close(saved);
     size_t len;
-    read_all(fds[0], out, cap, &len);
+    read_all_fd(fds[0], out, cap, &len);
     close(fds[0]);
 }
 

@@ -27,6 +27,7 @@
 #include "reclaim/reclaim.h"
 #include "src/heap.h"
 #include "src/span.h"
+#include "tests/support/fork_capture.h"
 #include "tests/support/mem_check.h"
 
 #include <criterion/criterion.h>
@@ -385,55 +386,13 @@ Test(page_park, parked_blocks_come_back_to_malloc, .init = setup) {
 
 /* ---- a second free of a block on a parked page -------------------------- */
 
-typedef struct {
-    int status;
-    char err[4096];
-} child_result;
-
-static void read_all(int fd, char *buf, size_t cap) {
-    size_t len = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf + len, cap - 1 - len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        len += (size_t)n;
-        if (len == cap - 1) break;
-    }
-    buf[len] = 0;
-}
-
-/* Run fn(arg) in a forked child with stderr captured; the child exits with
- * what fn returns. */
-static void run_child(int (*fn)(void *), void *arg, child_result *r) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    int saved = dup(STDERR_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        close(fds[1]);
-        close(saved);
-        _exit(fn(arg));
-    }
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    cr_assert_geq(pid, 0);
-    close(fds[1]);
-    read_all(fds[0], r->err, sizeof r->err);
-    close(fds[0]);
-    cr_assert_eq(waitpid(pid, &r->status, 0), pid);
-}
-
-static int free_it(void *p) {
+static void free_it(void *p) {
     lull_free(p);
-    return 0;
 }
 
 static void expect_double_free_abort(void *p, const char *phase) {
     child_result r;
-    run_child(free_it, p, &r);
+    run_in_child(free_it, p, &r);
     char where[32];
     snprintf(where, sizeof where, "%p", p);
     if (WIFEXITED(r.status))
@@ -745,6 +704,11 @@ static int child_reallocates(void *arg) {
     return 0;
 }
 
+/* the child's exit status is what child_reallocates found */
+static void reallocates_then_exit(void *arg) {
+    _exit(child_reallocates(arg));
+}
+
 Test(page_park, a_fork_child_allocates_on_the_parked_pages_it_inherited, .init = setup) {
     size_t freed;
     uint64_t purged = big_scene_purged(&freed);
@@ -763,7 +727,7 @@ Test(page_park, a_fork_child_allocates_on_the_parked_pages_it_inherited, .init =
     size_t want = freed / BIG;
 
     child_result r;
-    run_child(child_reallocates, &want, &r);
+    run_in_child(reallocates_then_exit, &want, &r);
     cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0,
               "the child failed (status %#x, exit %d); stderr: '%s'", r.status,
               WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, r.err);
