@@ -7,32 +7,13 @@
  * everything into one term would fail. */
 #include "lull.h"
 #include "lull/counters.h"
+#include "tests/support/stats_check.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <string.h>
 
 #define MiB ((uint64_t)1 << 20)
-
-static struct lull_counters snap(const char *phase) {
-    struct lull_counters c;
-    cr_assert_eq(lull_stats(&c), 0);
-    cr_assert_eq(lull_counters_accounting_sum(&c.total), c.total.mapped,
-                 "%s: terms sum to %llu, mapped %llu", phase,
-                 (unsigned long long)lull_counters_accounting_sum(&c.total),
-                 (unsigned long long)c.total.mapped);
-    struct lull_counters_accounting nodes = {0};
-    for (uint64_t n = 0; n < c.node_count; n++) {
-        const struct lull_counters_accounting *a = &c.nodes[n].acct;
-        cr_assert_eq(lull_counters_accounting_sum(a), a->mapped, "%s: node %llu identity", phase,
-                     (unsigned long long)n);
-        nodes.mapped += a->mapped;
-        nodes.live += a->live;
-    }
-    cr_assert_eq(nodes.mapped, c.total.mapped, "%s: nodes sum to the total", phase);
-    cr_assert_eq(nodes.live, c.total.live, "%s: node live sums to the total", phase);
-    return c;
-}
 
 typedef struct {
     void **blocks;
@@ -49,7 +30,7 @@ static void *free_batch(void *arg) {
 Test(accounting, identity_holds_after_every_phase) {
     lull_set_purge_delay_ms(-1); /* phases decide when purges happen */
     lull_thread_collect();
-    struct lull_counters c0 = snap("start");
+    struct lull_counters c0 = stats_checked("start");
 
     /* small blocks */
     enum { N = 20000 };
@@ -58,7 +39,7 @@ Test(accounting, identity_holds_after_every_phase) {
         small[i] = lull_malloc((size_t)(i % 700) + 1);
         memset(small[i], 1, (size_t)(i % 700) + 1);
     }
-    struct lull_counters c1 = snap("small");
+    struct lull_counters c1 = stats_checked("small");
     cr_assert_geq(c1.total.live, c0.total.live + 6 * MiB, "live did not grow with 7 MB of blocks");
 
     /* large and huge */
@@ -67,7 +48,7 @@ Test(accounting, identity_holds_after_every_phase) {
         large[i] = lull_malloc((size_t)(600 + 100 * i) << 10);
     for (int i = 0; i < 2; i++)
         huge[i] = lull_malloc((size_t)(20 + i) << 20);
-    struct lull_counters c2 = snap("large+huge");
+    struct lull_counters c2 = stats_checked("large+huge");
     cr_assert_geq(c2.total.live, c1.total.live + 45 * MiB);
 
     /* remote frees: another thread frees half of the small blocks */
@@ -75,7 +56,7 @@ Test(accounting, identity_holds_after_every_phase) {
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, free_batch, &b), 0);
     pthread_join(t, NULL);
-    snap("remote frees");
+    stats_checked("remote frees");
 
     /* local frees of everything else, then the owner collects */
     for (int i = N / 2; i < N; i++)
@@ -83,7 +64,7 @@ Test(accounting, identity_holds_after_every_phase) {
     for (int i = 0; i < 8; i++)
         lull_free(large[i]);
     lull_thread_collect();
-    struct lull_counters c3 = snap("freed");
+    struct lull_counters c3 = stats_checked("freed");
     cr_assert_lt(c3.total.live, c2.total.live - 10 * MiB, "live did not fall after the frees");
     cr_assert_geq(c3.total.dirty, 8 * MiB, "freed slices are not counted dirty");
 
@@ -93,7 +74,7 @@ Test(accounting, identity_holds_after_every_phase) {
         lull_free(huge[i]);
     lull_reclaim_now();
     lull_reclaim_now();
-    struct lull_counters c4 = snap("purged");
+    struct lull_counters c4 = stats_checked("purged");
     cr_assert_leq(c4.total.dirty + c4.total.purging, c3.total.dirty / 4,
                   "dirty %llu KiB left after purging", (unsigned long long)c4.total.dirty >> 10);
     /* (the purged term itself may fall: unmapped huge blocks take their
@@ -109,7 +90,7 @@ Test(accounting, identity_holds_after_every_phase) {
     /* a cache bound of 0: the reclaim thread unmaps them */
     cr_assert(lull_configure("huge_cache_mb", "0"));
     lull_reclaim_now();
-    struct lull_counters c5 = snap("unmapped");
+    struct lull_counters c5 = stats_checked("unmapped");
     cr_assert_lt(c5.total.mapped, c4.total.mapped - 40 * MiB, "huge blocks were not unmapped");
     cr_assert(lull_configure("huge_cache_mb", "1024"));
     lull_set_purge_delay_ms(-2);

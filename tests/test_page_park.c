@@ -29,6 +29,7 @@
 #include "src/span.h"
 #include "tests/support/fork_capture.h"
 #include "tests/support/mem_check.h"
+#include "tests/support/stats_check.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -166,35 +167,6 @@ static void setup(void) {
     cr_assert(lull_reclaim_now());
 }
 
-/* ---- accounting ---------------------------------------------------------- */
-
-static struct lull_counters snap(const char *phase) {
-    struct lull_counters c;
-    cr_assert_eq(lull_stats(&c), 0);
-    cr_assert_eq(lull_counters_accounting_sum(&c.total), c.total.mapped,
-                 "%s: terms sum to %llu, mapped %llu", phase,
-                 (unsigned long long)lull_counters_accounting_sum(&c.total),
-                 (unsigned long long)c.total.mapped);
-    struct lull_counters_accounting nodes = {0};
-    for (uint64_t n = 0; n < c.node_count; n++) {
-        const struct lull_counters_accounting *a = &c.nodes[n].acct;
-        cr_assert_eq(lull_counters_accounting_sum(a), a->mapped,
-                     "%s: node %llu: terms sum to %llu, mapped %llu", phase, (unsigned long long)n,
-                     (unsigned long long)lull_counters_accounting_sum(a),
-                     (unsigned long long)a->mapped);
-        nodes.mapped += a->mapped;
-        nodes.live += a->live;
-        nodes.span_free += a->span_free;
-        nodes.purged += a->purged;
-    }
-    cr_assert_eq(nodes.mapped, c.total.mapped, "%s: nodes' mapped sum to the total", phase);
-    cr_assert_eq(nodes.live, c.total.live, "%s: nodes' live sum to the total", phase);
-    cr_assert_eq(nodes.span_free, c.total.span_free, "%s: nodes' span_free sum to the total",
-                 phase);
-    cr_assert_eq(nodes.purged, c.total.purged, "%s: nodes' purged sum to the total", phase);
-    return c;
-}
-
 /* ---- the scene: 4 KiB blocks, 3 of 4 freed ------------------------------- */
 
 static void *big[NBIG];
@@ -248,7 +220,7 @@ Test(page_park, pages_of_a_thinned_span_go_back_and_survivors_keep_their_content
     uint64_t p0 = page_purged_bytes();
     size_t freed = big_scene();
     /* after the allocations, which may have taken purged slices */
-    struct lull_counters c0 = snap("parked");
+    struct lull_counters c0 = stats_checked("parked");
     state_count parked = freed_states(big, big_live, NBIG);
     /* the purge delay is "never": parked, not purged */
     cr_assert_eq(page_purged_bytes(), p0);
@@ -261,7 +233,7 @@ Test(page_park, pages_of_a_thinned_span_go_back_and_survivors_keep_their_content
     unsigned ticks = purge_all(big, big_live, NBIG);
     uint64_t grew = page_purged_bytes() - p0;
     state_count after = freed_states(big, big_live, NBIG);
-    struct lull_counters c1 = snap("purged");
+    struct lull_counters c1 = stats_checked("purged");
     cr_log_info("%zu KiB freed, %zu pages parked, %llu KiB purged in %u ticks; purged term "
                 "%llu -> %llu KiB",
                 freed >> 10, parked.pending, (unsigned long long)grew >> 10, ticks,
@@ -323,7 +295,7 @@ Test(page_park, parked_blocks_come_back_to_malloc, .init = setup) {
 
     lull_heap *h = lull_tl_heap;
     uint64_t taken0 = h->spans_taken;
-    struct lull_counters c0 = snap("before");
+    struct lull_counters c0 = stats_checked("before");
     static void *fresh[NBIG];
     for (size_t i = 0; i < want; i++) {
         fresh[i] = lull_malloc(BIG);
@@ -332,7 +304,7 @@ Test(page_park, parked_blocks_come_back_to_malloc, .init = setup) {
     uint64_t taken = h->spans_taken - taken0;
     for (size_t i = 0; i < want; i++)
         fill(fresh[i], BIG, seed_of(i, 2));
-    struct lull_counters c1 = snap("after");
+    struct lull_counters c1 = stats_checked("after");
     cr_assert_eq(taken, 0, "%llu new spans for %zu blocks that the parked pages held",
                  (unsigned long long)taken, want);
     cr_assert_leq(c1.total.mapped, c0.total.mapped, "mapped grew from %llu to %llu KiB",
@@ -436,9 +408,9 @@ Test(page_park, a_double_free_of_a_block_on_a_parked_page_aborts_naming_it, .ini
 /* ---- the accounting identity --------------------------------------------- */
 
 Test(page_park, the_identity_holds_with_parked_and_purged_pages, .init = setup) {
-    struct lull_counters c0 = snap("start");
+    struct lull_counters c0 = stats_checked("start");
     size_t freed = big_scene();
-    struct lull_counters c1 = snap("parked");
+    struct lull_counters c1 = stats_checked("parked");
     state_count parked = freed_states(big, big_live, NBIG);
     cr_assert_geq(parked.pending * PAGE, freed * 9 / 10, "only %zu pages parked", parked.pending);
     /* parked, not purged: free blocks in a span in use */
@@ -455,7 +427,7 @@ Test(page_park, the_identity_holds_with_parked_and_purged_pages, .init = setup) 
     purge_all(big, big_live, NBIG);
     uint64_t grew = page_purged_bytes() - p0;
     state_count after = freed_states(big, big_live, NBIG);
-    struct lull_counters c2 = snap("purged");
+    struct lull_counters c2 = stats_checked("purged");
     uint64_t ours = after.purged * PAGE; /* our freed pages purged now */
     cr_log_info(
         "parked %zu pages, purged %zu; span_free %llu -> %llu -> %llu KiB, purged %llu -> "
@@ -481,7 +453,7 @@ Test(page_park, the_identity_holds_with_parked_and_purged_pages, .init = setup) 
     cr_assert(lull_reclaim_now()); /* a tick that saw "never": no claim from here on */
     for (size_t i = 0; i < NBIG; i++)
         if (big_live[i]) lull_free(big[i]);
-    struct lull_counters c3 = snap("emptied");
+    struct lull_counters c3 = stats_checked("emptied");
     cr_assert_leq(c3.total.purged + ours * 9 / 10, c2.total.purged + 256 * KiB,
                   "purged %llu -> %llu KiB after the spans emptied",
                   (unsigned long long)c2.total.purged >> 10,
@@ -552,7 +524,7 @@ Test(page_park, small_blocks_freed_at_random_give_their_pages_back, .init = setu
     unsigned ticks = purge_all(small, small_live, NSMALL);
     uint64_t grew = page_purged_bytes() - p0;
     state_count after = freed_states(small, small_live, NSMALL);
-    struct lull_counters c = snap("purged");
+    struct lull_counters c = stats_checked("purged");
     (void)c;
     size_t survivors = 0;
     for (size_t i = 0; i < NSMALL; i++)
