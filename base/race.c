@@ -32,6 +32,7 @@ static const char *const names[LULL_RACE_COUNT] = {
     [LULL_RACE_INBOX_APPLY] = "inbox_apply",
     [LULL_RACE_PAGE_CLAIM] = "page_claim",
     [LULL_RACE_PAGE_TAKE_BACK] = "page_take_back",
+    [LULL_RACE_MODULE_START] = "module_start",
 };
 
 const char *lull_race_point_name(lull_race_point_id p) {

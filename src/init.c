@@ -38,6 +38,7 @@ static __thread bool tl_starting_modules __attribute__((tls_model("initial-exec"
 
 static void start_modules(void) {
     tl_starting_modules = true;
+    LULL_RACE_POINT(LULL_RACE_MODULE_START); /* a fork from another thread lands here */
     lull_modules_run(LULL_MODULE_START, 0);
     lull_config_mark_started();
     lull_verbose("%s active (pid %d)",
@@ -92,6 +93,12 @@ static void init_core(void) {
  * takes an arena's lock (the warm reserve maps a spare segment) or the heap
  * registry's (its own first malloc), so that order is the only one. */
 static void fork_prepare(void) {
+    /* a start in progress on another thread finishes first: the child would
+     * inherit "starting" with no thread to finish it, and its first
+     * allocation would wait for ever (tests/test_race_start.c) */
+    if (!tl_starting_modules)
+        while (atomic_load_explicit(&modules_state, memory_order_acquire) == 2)
+            sched_yield();
     lull_modules_run(LULL_MODULE_FORK_PREPARE, 1);
     /* the reclaim thread is between steps now: hold the fork here */
     LULL_RACE_POINT(LULL_RACE_FORK);

@@ -2,10 +2,11 @@
 # Installs what lull needs to build, test and benchmark on Debian 12 (as
 # root). Safe to run again: apt-get skips what is already there.
 set -euo pipefail
-# clang and libclang-rt-14-dev: the libFuzzer target (tests/fuzz/)
+# clang and libclang-rt-14-dev: the libFuzzer target (tests/fuzz/); gdb:
+# the backtraces of a hung child in a test's log (tests/support/hang_report.h)
 pkgs=(build-essential cmake pkg-config clang-format liburing-dev libnuma-dev libcriterion-dev
       clang libclang-rt-14-dev
-      valgrind gnuplot-nox python3 git sqlite3 g++ procps
+      valgrind gnuplot-nox python3 git sqlite3 g++ procps gdb
       libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4 redis-server redis-tools)
 missing=()
 for p in "${pkgs[@]}"; do

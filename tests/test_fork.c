@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
+#include "support/hang_report.h"
 #include "support/mem_check.h"
 
 #include <criterion/criterion.h>
@@ -195,6 +196,7 @@ static int wait_child(pid_t pid, int seconds, bool *hung) {
         nanosleep(&ts, NULL);
     }
     *hung = true;
+    hang_report(pid, stderr);
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     return status;

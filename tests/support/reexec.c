@@ -1,6 +1,7 @@
 /* Running the test program itself again: see reexec.h. */
 #define _GNU_SOURCE
 #include "reexec.h"
+#include "hang_report.h"
 #include "timing.h"
 
 #include <criterion/criterion.h>
@@ -63,6 +64,7 @@ void reexec_run(const char *argv0, const char *const *vars, const char *label, u
         uint64_t now = now_ms();
         int left = (int)(until > now ? until - now : 0);
         if (left == 0 || poll(p, 2, left) == 0) {
+            hang_report(pid, stderr);
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
             cr_assert_fail("scenario %s timed out; output so far:\n%.*s", label, (int)in[0].len,
