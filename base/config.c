@@ -263,6 +263,12 @@ static bool set_heap_limit(const char *v, size_t len) {
     __atomic_store_n(&lull_config.heap_limit_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
     return true;
 }
+static bool set_profile_sample(const char *v, size_t len) {
+    long x;
+    if (!parse_long(v, len, 0, 1L << 20, &x)) return false;
+    __atomic_store_n(&lull_config.profile_sample_bytes, (size_t)x << 10, __ATOMIC_RELAXED);
+    return true;
+}
 static bool set_huge_cache_idle(const char *v, size_t len) {
     long x;
     if (!parse_long(v, len, 0, 86400000L, &x)) return false;
@@ -296,6 +302,7 @@ static const struct {
     {"huge_cache_mb", set_huge_cache, "MiB, 0 to 67108864", "1024", false},
     {"huge_cache_idle_ms", set_huge_cache_idle, "milliseconds, 0 to 86400000", "10000", false},
     {"heap_limit_mb", set_heap_limit, "MiB, 0 (no limit) to 67108864", "0: no limit", false},
+    {"profile_sample_kb", set_profile_sample, "KiB, 0 (off) to 1048576", "0: off", true},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 

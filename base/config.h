@@ -56,6 +56,7 @@ typedef struct {
     size_t huge_cache_bytes;          /* bound of the freed huge mappings kept for reuse */
     long huge_cache_idle_ms;          /* a cached huge mapping unused this long is unmapped */
     size_t heap_limit_bytes;          /* hard limit on the resident estimate; 0 = none */
+    size_t profile_sample_bytes;      /* heap profile: mean bytes between samples; 0 = off */
 } lull_config_t;
 
 extern lull_config_t lull_config;

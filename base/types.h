@@ -125,6 +125,9 @@ typedef struct lull_span {
     /* parking: the free list is dissolved into the span's free bitmap and
      * page live counts (park_meta of its segment) */
     uint16_t parking; /* 1 while parking */
+    /* large: the block is a heap profile sample (src/profile.h), which
+     * its free forgets */
+    uint8_t sampled;
 } lull_span;
 
 _Static_assert(sizeof(lull_span) == 128, "the two-line layout above assumes 128 bytes");
@@ -269,6 +272,8 @@ typedef struct lull_heap {
     uint64_t defrag_allocs, defrag_frees, defrag_taken, defrag_returned;
     uint32_t defrag_epoch;
     lull_defrag_view defrag[LULL_CLASSES];
+    /* the sampled heap profile's windows (src/profile.h); NULL when off */
+    struct lull_heap_profile *profile;
     /* ---- written by other threads: a line of their own ---- */
     _Alignas(64) _Atomic(lull_span *) remote_spans; /* spans that got remote frees */
     /* messages of remote frees (src/outbox.c), one list: each message's

@@ -11,6 +11,7 @@
 #include "base/race.h"
 #include "reclaim/reclaim.h"
 #include "src/outbox.h"
+#include "src/profile.h"
 #include "src/span_park.h"
 
 #include <errno.h>
@@ -63,6 +64,7 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     s->parked_pages = 0;
     s->parking = 0;
     s->in_full = 0;
+    s->sampled = 0;
     s->used = 0;
     s->capacity = ci->capacity;
     s->carved = 0;
@@ -84,7 +86,7 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
 }
 
 /* Find a span of class c with a free block and make it current. */
-static lull_span *class_refill(lull_heap *h, unsigned c) {
+lull_span *lull_class_refill(lull_heap *h, unsigned c) {
     lull_heap_collect_remote(h);
     lull_span_queue *q = &h->queue[c];
     for (lull_span *s = q->head, *next; s; s = next) {
@@ -121,7 +123,7 @@ static lull_span *class_refill(lull_heap *h, unsigned c) {
     return s;
 }
 
-static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
+void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment) {
     size_t pad = alignment > LULL_SLICE_SIZE ? alignment - LULL_SLICE_SIZE : 0;
     /* at least one byte past the alignment pad: a 0-byte block must still lie
      * inside its span */
@@ -139,6 +141,7 @@ static void *large_alloc(lull_heap *h, size_t size, size_t alignment) {
     s->parked_pages = 0;
     s->parking = 0;
     s->in_full = 0;
+    s->sampled = 0;
     s->used = 1;
     s->requested = size;
     s->zeroed = zeroed;
@@ -157,8 +160,13 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
         while (c < lull_class_count && lull_classes[c].block_size % alignment)
             c++;
         if (c < lull_class_count) {
+            if (__builtin_expect(h->profile != NULL, 0)) {
+                void *b = lull_profile_alloc_small(h, c, size, zeroed);
+                if (!b) goto oom;
+                return b;
+            }
             lull_span *s = h->current[c];
-            if (!s->free && !(s = class_refill(h, c))) goto oom;
+            if (!s->free && !(s = lull_class_refill(h, c))) goto oom;
             lull_block *b = s->free;
             s->free = lull_block_next(b);
             s->used++;
@@ -170,15 +178,21 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
         }
     }
     void *p;
+    bool sample = h->profile && lull_profile_large_due(h, size);
     if (size <= LULL_LARGE_MAX && alignment <= LULL_SEGMENT_SIZE / 4) {
-        p = large_alloc(h, size, alignment < LULL_SLICE_SIZE ? LULL_SLICE_SIZE : alignment);
-        if (p) *zeroed = lull_span_of(lull_segment_of(p), p)->zeroed;
+        p = lull_large_alloc(h, size, alignment < LULL_SLICE_SIZE ? LULL_SLICE_SIZE : alignment);
+        if (p) {
+            lull_span *s = lull_span_of(lull_segment_of(p), p);
+            *zeroed = s->zeroed;
+            s->sampled = sample;
+        }
     } else {
         follow_home_node(h);
         p = lull_huge_alloc(size, alignment, zeroed, h->node);
     }
     if (p) {
         h->allocs++;
+        if (sample) lull_profile_sampled(p, size, size);
         return p;
     }
 oom:
@@ -186,7 +200,12 @@ oom:
     return NULL;
 }
 
-static void *alloc_zeroable(size_t size, size_t alignment, bool *zeroed) {
+/* always inline: the CFA of the function it is in (the entry's slow path)
+ * is where the heap profile's stacks start */
+__attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, size_t alignment,
+                                                                  bool *zeroed) {
+    if (__builtin_expect(lull_profile_interval != 0, 0))
+        lull_profile_boundary = (uintptr_t)__builtin_dwarf_cfa();
     if (__builtin_expect(lull_tl_heap == &lull_heap_empty, 0)) {
         if (lull_heap_thread_done()) {
             /* an exiting thread, after lull's heap destructor: see heap.c */
@@ -345,6 +364,7 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     lull_segment *seg = lull_segment_of(p);
     if (seg->magic == LULL_HUGE_MAGIC) {
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
+        if (lull_profile_interval) lull_profile_forget_if_sampled(p);
         lull_huge_free((lull_huge *)seg, p);
         return;
     }
@@ -405,6 +425,7 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
         if (!__atomic_compare_exchange_n(&span->kind, &expected, LULL_SPAN_NONE, false,
                                          __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             lull_fatal("free(): double free of %p (large block)", p);
+        if (span->sampled) lull_profile_forget(p);
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
         lull_arena_free_span(span);
         lull_reclaim_start_point();
@@ -418,6 +439,7 @@ void lull_free_not_segment(void *p) {
     lull_huge *h = lull_aligned_huge_of(p);
     if (h) {
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
+        if (lull_profile_interval) lull_profile_forget_if_sampled(p);
         lull_huge_free(h, p);
         return;
     }

@@ -13,6 +13,11 @@
 /* size first and alone: the fast path's tail call passes it in the register
  * it arrived in (one move fewer per malloc) */
 void *lull_malloc_slow(size_t size);
+/* A span of class c with a free block made current, or NULL (no memory). */
+lull_span *lull_class_refill(lull_heap *h, unsigned c);
+/* A one-block large span for `size` bytes aligned to `alignment` (at
+ * least a slice), or NULL. */
+void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment);
 void *lull_malloc_aligned_generic(size_t alignment, size_t size);
 /* free() of a block of one of our spans that the calling thread does not
  * own: a remote free, a large block, or an invalid / double free. */

@@ -14,6 +14,7 @@
  * libstdc++ unwinds through these frames. */
 #include "lull.h"
 #include "src/alloc.h"
+#include "src/entry_text.h"
 #include "src/free_errors.h"
 #include "base/message.h"
 
@@ -77,7 +78,7 @@ static inline void *allocate(size_t size, size_t alignment) {
  * is installed, call it and try again; then throw std::bad_alloc. An
  * alignment that is not a power of two never succeeds: no handler call
  * (libstdc++ throws at once too). */
-__attribute__((noinline, cold)) static void *new_failed(size_t size, size_t alignment) {
+LULL_ENTRY_TEXT __attribute__((noinline, cold)) static void *new_failed(size_t size, size_t alignment) {
     if (alignment && !power_of_two(alignment)) throw_bad_alloc(size);
     for (;;) {
         new_handler handler = installed_handler();
@@ -104,7 +105,7 @@ static const char *const nothrow_names[] = {
 };
 static const char nothrow_tag; /* std::nothrow is an empty object: only its address is passed */
 
-__attribute__((noinline, cold)) static void *nothrow_failed(size_t size, size_t alignment,
+LULL_ENTRY_TEXT __attribute__((noinline, cold)) static void *nothrow_failed(size_t size, size_t alignment,
                                                             enum nothrow_form form) {
     if (alignment && !power_of_two(alignment)) return NULL;
     if (!installed_handler()) return NULL;
@@ -128,46 +129,46 @@ __attribute__((noinline, cold)) static void *nothrow_failed(size_t size, size_t 
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 
-LULL_EXPORT void *_Znwm(size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *_Znwm(size_t size) {
     void *p = lull_malloc_inline(size);
     return LIKELY(p) ? p : new_failed(size, 0);
 }
 
-LULL_EXPORT void *_Znam(size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *_Znam(size_t size) {
     void *p = lull_malloc_inline(size);
     return LIKELY(p) ? p : new_failed(size, 0);
 }
 
-LULL_EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const void *nothrow) {
+LULL_EXPORT LULL_ENTRY_TEXT void *_ZnwmRKSt9nothrow_t(size_t size, const void *nothrow) {
     (void)nothrow;
     void *p = lull_malloc_inline(size);
     return LIKELY(p) ? p : nothrow_failed(size, 0, NEW);
 }
 
-LULL_EXPORT void *_ZnamRKSt9nothrow_t(size_t size, const void *nothrow) {
+LULL_EXPORT LULL_ENTRY_TEXT void *_ZnamRKSt9nothrow_t(size_t size, const void *nothrow) {
     (void)nothrow;
     void *p = lull_malloc_inline(size);
     return LIKELY(p) ? p : nothrow_failed(size, 0, NEW_ARRAY);
 }
 
-LULL_EXPORT void *_ZnwmSt11align_val_t(size_t size, size_t alignment) {
+LULL_EXPORT LULL_ENTRY_TEXT void *_ZnwmSt11align_val_t(size_t size, size_t alignment) {
     void *p = lull_aligned_alloc(alignment, size);
     return LIKELY(p) ? p : new_failed(size, alignment);
 }
 
-LULL_EXPORT void *_ZnamSt11align_val_t(size_t size, size_t alignment) {
+LULL_EXPORT LULL_ENTRY_TEXT void *_ZnamSt11align_val_t(size_t size, size_t alignment) {
     void *p = lull_aligned_alloc(alignment, size);
     return LIKELY(p) ? p : new_failed(size, alignment);
 }
 
-LULL_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignment,
+LULL_EXPORT LULL_ENTRY_TEXT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignment,
                                                      const void *nothrow) {
     (void)nothrow;
     void *p = lull_aligned_alloc(alignment, size);
     return LIKELY(p) ? p : nothrow_failed(size, alignment, NEW_ALIGNED);
 }
 
-LULL_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignment,
+LULL_EXPORT LULL_ENTRY_TEXT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignment,
                                                      const void *nothrow) {
     (void)nothrow;
     void *p = lull_aligned_alloc(alignment, size);

@@ -3,6 +3,7 @@
  * LD_PRELOAD=liblull.so both replace the system allocator. */
 #include "lull.h"
 #include "src/alloc.h"
+#include "src/entry_text.h"
 #include "numa/huge.h"
 #include "base/message.h"
 
@@ -11,7 +12,7 @@
 
 void *lull_calloc_generic(size_t size);
 
-LULL_EXPORT void *lull_malloc(size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *lull_malloc(size_t size) {
     return lull_malloc_inline(size);
 }
 
@@ -19,7 +20,7 @@ LULL_EXPORT void lull_free(void *p) {
     lull_free_inline(p);
 }
 
-LULL_EXPORT void *lull_calloc(size_t count, size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *lull_calloc(size_t count, size_t size) {
     size_t total;
     if (__builtin_mul_overflow(count, size, &total)) {
         errno = ENOMEM;
@@ -49,7 +50,7 @@ LULL_EXPORT bool lull_owns(const void *p) {
     return lull_segment_map_has((uintptr_t)seg) || lull_aligned_huge_of(p) != NULL;
 }
 
-LULL_EXPORT void *lull_realloc(void *p, size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
     if (!p) return lull_malloc_inline(size);
     if (size == 0) { /* as glibc: free and return NULL */
         lull_free_inline(p);
@@ -76,7 +77,7 @@ LULL_EXPORT void *lull_realloc(void *p, size_t size) {
     return q;
 }
 
-LULL_EXPORT void *lull_reallocarray(void *p, size_t count, size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *lull_reallocarray(void *p, size_t count, size_t size) {
     size_t total;
     if (__builtin_mul_overflow(count, size, &total)) {
         errno = ENOMEM;
@@ -89,7 +90,7 @@ static bool power_of_two(size_t x) {
     return x && !(x & (x - 1));
 }
 
-LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *lull_aligned_alloc(size_t alignment, size_t size) {
     if (!power_of_two(alignment)) {
         errno = EINVAL;
         return NULL;
@@ -98,7 +99,7 @@ LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) {
     return lull_malloc_aligned_generic(alignment, size);
 }
 
-LULL_EXPORT int lull_posix_memalign(void **out, size_t alignment, size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT int lull_posix_memalign(void **out, size_t alignment, size_t size) {
     if (!power_of_two(alignment) || alignment % sizeof(void *)) return EINVAL;
     void *p = lull_aligned_alloc(alignment, size);
     if (!p) return ENOMEM;
@@ -144,11 +145,11 @@ LULL_EXPORT void free_sized(void *p, size_t size) EXPORT_AS(lull_free_sized);
 LULL_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size)
     EXPORT_AS(lull_free_aligned_sized);
 
-LULL_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *aligned_alloc(size_t alignment, size_t size) {
     return lull_aligned_alloc(alignment, size);
 }
 
-LULL_EXPORT void *memalign(size_t alignment, size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *memalign(size_t alignment, size_t size) {
     /* glibc's memalign accepts any alignment and rounds it up; above 2^63
      * there is no power of two to round to (and the loop would wrap to 0):
      * EINVAL, as glibc's */
@@ -165,11 +166,11 @@ LULL_EXPORT void *memalign(size_t alignment, size_t size) {
     return lull_aligned_alloc(alignment, size);
 }
 
-LULL_EXPORT void *valloc(size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *valloc(size_t size) {
     return lull_aligned_alloc(LULL_PAGE_SIZE, size);
 }
 
-LULL_EXPORT void *pvalloc(size_t size) {
+LULL_EXPORT LULL_ENTRY_TEXT void *pvalloc(size_t size) {
     size_t rounded;
     if (__builtin_add_overflow(size, LULL_PAGE_SIZE - 1, &rounded)) {
         errno = ENOMEM;

@@ -2,6 +2,7 @@
  * except remote_spans, the stack other threads push onto when they free into
  * one of its spans. Heaps live in chunks mapped once and are never freed. */
 #include "src/heap.h"
+#include "src/profile.h"
 #include "numa/arena.h"
 #include "reclaim/reclaim.h"
 #include "src/free_errors.h"
@@ -133,6 +134,7 @@ lull_heap *lull_heap_get_or_create(void) {
     h->owner_tid = gettid();
     h->node = node;
     h->arena = &lull_arenas[node < lull_arena_count ? node : 0];
+    if (lull_profile_interval && !h->profile) lull_profile_heap_attach(h);
     lull_tl_heap = h;
     /* after lull_tl_heap is set: if pthread_setspecific allocates, that
      * allocation already finds this heap */
@@ -424,6 +426,7 @@ void lull_heap_collect(lull_heap *h, bool all) {
     lull_outbox_flush(h);
     lull_heap_collect_remote(h);
     if (!all) return;
+    lull_profile_heap_flush(h); /* its blocks count as in use in their spans */
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
         for (lull_span *s = h->queue[c].head, *next; s; s = next) {
             next = s->next;

@@ -14,6 +14,7 @@
 #include "base/config.h"
 #include "base/fault.h"
 #include "src/heap.h"
+#include "src/profile.h"
 #include "base/message.h"
 #include "base/os.h"
 #include "base/race.h"
@@ -74,6 +75,8 @@ static void init_core(void) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&init_state, &expected, 1)) {
         lull_config_load();
+        /* before the first heap: each heap samples from its creation */
+        lull_profile_interval = lull_config.profile_sample_bytes;
         const char *faults = secure_getenv("LULL_FAULT"); /* never in a setuid or setcap process */
         if (faults) lull_fault_parse(faults);
         lull_size_classes_init();

@@ -8,9 +8,11 @@
 
 void lull_modules_register_all(void);
 void lull_stats_publish_register(void);
+void lull_profile_register(void);
 
 void lull_modules_register_all(void) {
     lull_numa_register();
     lull_stats_publish_register();
     lull_reclaim_register();
+    lull_profile_register();
 }

@@ -1,0 +1,70 @@
+/* Sampled heap profile (profile_sample_kb; docs/heap-profile.md).
+ *
+ * Sampling: each size class of each heap runs its own Poisson process over
+ * the bytes of the blocks it hands out (as tcmalloc and jemalloc do over
+ * all bytes; the superposition of the classes' processes is one process of
+ * the same rate), with mean interval lull_profile_interval; large and huge
+ * blocks share one more. The allocation that crosses a sample point is
+ * sampled: its stack is recorded and it is served from a span of its own
+ * (a one-block large span marked `sampled`), so that its free, which goes
+ * through the large-block path, forgets it without a lookup on any other
+ * free.
+ *
+ * Zero instructions on the fast paths: with profiling on, a heap's
+ * direct[] slots point at per-class windows (src/profile_window.c), span
+ * descriptors that hold a run of blocks cut from the class's current span
+ * and counted as in use there. malloc's fast path pops from a window as
+ * from any span; frees go to the blocks' own spans, never into a window,
+ * so a window empties after exactly the allocations it was cut for, and
+ * the slow path it falls to then knows how many bytes went out. A window
+ * is cut to end just before the next sample point. */
+#ifndef LULL_PROFILE_H
+#define LULL_PROFILE_H
+
+#include "base/types.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Mean bytes between samples; 0 when profiling is off (the default). Set
+ * once when lull starts (profile_sample_kb is a start-up key). */
+extern uint64_t lull_profile_interval;
+
+/* A heap's profiling state: the windows, and the bytes left to each
+ * class's next sample point. Owner only. */
+typedef struct lull_heap_profile {
+    lull_span window[LULL_CLASSES];
+    uint32_t window_cut[LULL_CLASSES]; /* blocks the window was cut with */
+    int64_t until_sample[LULL_CLASSES];
+    int64_t large_until_sample; /* large and huge blocks */
+    uint64_t rng;
+} lull_heap_profile;
+
+/* The heap's windows (with profiling on, once per heap; false, and the
+ * heap samples nothing, if no memory for them is left). */
+bool lull_profile_heap_attach(lull_heap *h);
+/* A small allocation of class c with profiling on (alloc_in_heap). */
+void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zeroed);
+/* A large or huge allocation of `size` bytes with profiling on: true if it
+ * is to be sampled (lull_profile_sampled once it is made). */
+bool lull_profile_large_due(lull_heap *h, size_t size);
+/* Every window's blocks back to their spans (a collection before the
+ * heap's spans are released: thread exit, lull_thread_collect). */
+void lull_profile_heap_flush(lull_heap *h);
+
+/* The profile's own side (src/profile.c). */
+void lull_profile_register(void);
+/* Record the sampled block p of `size` bytes asked for, sampled at
+ * `sampled_bytes` (its block size: the bytes the process ran over). The
+ * stack is the calling thread's, from the frame above `boundary` (the CFA
+ * of lull's outermost frame, lull_profile_set_boundary). */
+void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes);
+/* A sampled block is freed. */
+void lull_profile_forget(const void *p);
+/* A huge block is freed: forget it if it was sampled. */
+void lull_profile_forget_if_sampled(const void *p);
+/* Where lull's frames end on this thread's stack (see lull_profile_record). */
+extern __thread uintptr_t lull_profile_boundary;
+
+#endif

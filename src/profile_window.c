@@ -1,0 +1,147 @@
+/* The heap's side of the sampled profile: the per-class windows and the
+ * bytes to each class's next sample point (see profile.h).
+ *
+ * Invariant: a window's blocks are counted in use in their span (its
+ * `used` went up by the cut), are on no free list, and end before the
+ * class's next sample point: the window holds at most
+ * (until_sample - 1) / block_size blocks, so the allocation after its last
+ * one is the one that crosses the point. Only the heap's owner touches its
+ * windows. */
+#include "src/profile.h"
+#include "src/alloc.h"
+#include "src/heap.h"
+#include "src/size_class.h"
+#include "src/span.h"
+
+#include <math.h>
+#include <sys/mman.h>
+
+static uint64_t next_random(lull_heap_profile *p) {
+    p->rng ^= p->rng >> 12;
+    p->rng ^= p->rng << 25;
+    p->rng ^= p->rng >> 27;
+    return p->rng * 0x2545f4914f6cdd1dULL;
+}
+
+/* Bytes to the next point of a Poisson process of mean interval I: an
+ * exponential draw, at least 1. */
+static int64_t bytes_to_next_sample(lull_heap_profile *p) {
+    double u = ((double)(next_random(p) >> 11) + 1.0) / 9007199254740992.0; /* (0, 1] */
+    double x = -log(u) * (double)lull_profile_interval;
+    return x < 1.0 ? 1 : x > 4e18 ? (int64_t)4e18 : (int64_t)x;
+}
+
+bool lull_profile_heap_attach(lull_heap *h) {
+    size_t len = (sizeof(lull_heap_profile) + 4095) & ~(size_t)4095;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return false;
+    lull_heap_profile *p = m;
+    p->rng = (((uint64_t)(uintptr_t)h * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)(uintptr_t)p) | 1;
+    for (unsigned c = 0; c < LULL_CLASSES; c++)
+        p->until_sample[c] = bytes_to_next_sample(p);
+    p->large_until_sample = bytes_to_next_sample(p);
+    h->profile = p;
+    /* from now on the fast path pops from the windows (empty: the first
+     * malloc of each size takes the slow path and cuts one) */
+    for (unsigned c = 1; c < lull_class_count; c++)
+        for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
+            h->direct[w] = &p->window[c];
+    return true;
+}
+
+/* A new window for class c, from its current span (refilled if it has no
+ * free block), ending before the next sample point. False when no memory
+ * is left. */
+static bool cut_window(lull_heap *h, unsigned c) {
+    lull_heap_profile *p = h->profile;
+    lull_span *s = h->current[c];
+    if (!s->free && !(s = lull_class_refill(h, c))) return false;
+    uint32_t bs = s->block_size;
+    /* a span's local list holds every carved block not in use: blocks
+     * freed by other threads are counted in use until they are collected */
+    uint32_t listed = s->carved - lull_span_used(s);
+    uint64_t before_point = (uint64_t)(p->until_sample[c] - 1) / bs;
+    lull_block *first = s->free;
+    uint32_t n = listed;
+    if (before_point < listed) {
+        /* the sample point falls in this list: cut it there (a walk once
+         * per sample) */
+        n = before_point ? (uint32_t)before_point : 1;
+        lull_block *last = first;
+        for (uint32_t i = 1; i < n; i++)
+            last = lull_block_next(last);
+        s->free = lull_block_next(last);
+        lull_block_set_next(last, NULL);
+    } else {
+        s->free = NULL;
+    }
+    s->used += n; /* as n pops would */
+    p->window[c].free = first;
+    p->window_cut[c] = n;
+    return true;
+}
+
+void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zeroed) {
+    lull_heap_profile *p = h->profile;
+    lull_span *w = &p->window[c];
+    if (!w->free) {
+        /* every block of the last window went out */
+        uint32_t bs = lull_classes[c].block_size;
+        p->until_sample[c] -= (int64_t)p->window_cut[c] * bs;
+        p->window_cut[c] = 0;
+        if (p->until_sample[c] <= (int64_t)bs) {
+            /* this allocation crosses the point */
+            p->until_sample[c] = bytes_to_next_sample(p);
+            void *b = lull_large_alloc(h, size, LULL_SLICE_SIZE);
+            if (b) {
+                lull_span *s = lull_span_of(lull_segment_of(b), b);
+                s->sampled = 1;
+                *zeroed = s->zeroed;
+                h->allocs++;
+                lull_profile_sampled(b, size, bs);
+                return b;
+            }
+            /* no slice for it: served unsampled */
+        }
+        if (!cut_window(h, c)) return NULL;
+    }
+    lull_block *b = w->free;
+    w->free = lull_block_next(b);
+    h->allocs++;
+    *zeroed = false;
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+    b->next_encoded = 0; /* see lull_malloc_inline */
+#endif
+    return b;
+}
+
+bool lull_profile_large_due(lull_heap *h, size_t size) {
+    lull_heap_profile *p = h->profile;
+    p->large_until_sample -= (int64_t)(size ? size : 1);
+    if (p->large_until_sample > 0) return false;
+    p->large_until_sample = bytes_to_next_sample(p);
+    return true;
+}
+
+void lull_profile_heap_flush(lull_heap *h) {
+    lull_heap_profile *p = h->profile;
+    if (!p) return;
+    for (unsigned c = 1; c < lull_class_count; c++) {
+        lull_span *w = &p->window[c];
+        uint32_t back = 0;
+        for (lull_block *b = w->free, *next; b; b = next) {
+            next = lull_block_next(b);
+            /* freed as its owner frees it: onto its span's list, which
+             * may empty (and release) the span */
+            lull_span *s = lull_span_of(lull_segment_of(b), b);
+            lull_block_set_next(b, s->free);
+            s->free = b;
+            if (lull_span_put_back_one(s)) lull_free_local_tail(h, s);
+            back++;
+        }
+        w->free = NULL;
+        p->until_sample[c] -= (int64_t)(p->window_cut[c] - back) * lull_classes[c].block_size;
+        if (p->until_sample[c] < 1) p->until_sample[c] = 1;
+        p->window_cut[c] = 0;
+    }
+}
