@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the two-node qemu guest test (tests/numa_guest/run.sh) needs on
-# a fresh Debian 12: qemu-system-x86 (TCG is enough), cpio, static glibc, and
-# a Debian kernel image unpacked (not installed) into the guest cache dir.
+# a fresh Debian 12: qemu-system-x86 (TCG is enough), cpio, static glibc and
+# zlib, and a Debian kernel image unpacked (not installed) into the guest
+# cache dir.
 #
 #   .ci/numa-guest-deps.sh            # install packages + fetch the kernel
 #   LULL_NUMA_GUEST_CACHE=DIR ...     # cache dir (default: see below)
@@ -26,6 +27,7 @@ need_pkgs=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need_pkgs+=(qemu-system-x86)
 command -v cpio >/dev/null 2>&1 || need_pkgs+=(cpio)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libz.a ] || need_pkgs+=(zlib1g-dev) # the guest links liblull.a
 command -v gcc >/dev/null 2>&1 || need_pkgs+=(gcc)
 command -v xz >/dev/null 2>&1 || need_pkgs+=(xz-utils)
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -6,7 +6,7 @@
  * lull's size check.
  *
  * Written in C so that neither library needs the C++ runtime: a preloaded
- * liblull.so still needs only libc, and a C program links liblull.a
+ * liblull.so still needs only libc (and libz), and a C program links liblull.a
  * without -lstdc++, even all of it. What needs C++ (the new_handler,
  * throwing std::bad_alloc, and catching it in the nothrow forms) is
  * libstdc++'s own code, found once an allocation has failed. The file is

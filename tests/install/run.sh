@@ -3,7 +3,8 @@
 # install_prefix): `cmake --install BUILD --prefix P`, then
 #   - lull.pc (found through PKG_CONFIG_PATH) gives flags that point into P,
 #     and a C program (app.c) built with them runs on P's liblull.so; the
-#     same program linked with P's liblull.a needs no libstdc++; a C++
+#     same program linked with P's liblull.a and `pkg-config --static`'s
+#     libraries (zlib among them) needs no libstdc++; a C++
 #     program (app.cc) gets lull's new and delete from either library;
 #   - a C project using find_package(lull) with CMAKE_PREFIX_PATH=P
 #     (consumer/) finds P's package and runs on lull::lull and on
@@ -71,14 +72,25 @@ echo "pkg-config: ${cflags[*]} ${libs[*]}"
 "$CC" "${san[@]}" "$here/app.c" "${cflags[@]}" "${libs[@]}" -ldl -Wl,-rpath,"$libdir" \
     -o "$tmp/pc_shared"
 runs_on "$tmp/pc_shared" "$libdir/liblull.so" "${override[@]}"
-"$CC" "${san[@]}" "$here/app.c" "${cflags[@]}" "$libdir/liblull.a" -lpthread -ldl -o "$tmp/pc_static"
+# Static: liblull.a, then what `pkg-config --static` adds for it (zlib and
+# libm among them: every allocation path reaches the heap profile, and its
+# dump the pprof encoder).
+read -r -a static_libs <<<"$("$PKG_CONFIG" --static --libs-only-l lull)"
+static_libs=("${static_libs[@]/#-llull/$libdir/liblull.a}")
+[[ " ${static_libs[*]} " == *" -lz "* ]] ||
+    fail "pkg-config --static --libs lull: no -lz (${static_libs[*]})"
+echo "pkg-config --static: ${static_libs[*]}"
+"$CC" "${san[@]}" "$here/app.c" "${cflags[@]}" "${static_libs[@]}" \
+    -o "$tmp/pc_static"
+[[ $(nm "$tmp/pc_static") == *" lull_pprof_write"$'\n'* ]] ||
+    fail "pc_static: the pprof encoder is not in it"
 no_cxx_runtime "$tmp/pc_static"
 runs_on "$tmp/pc_static" "$tmp/pc_static" "${override[@]}"
 if [ "${LULL_OVERRIDE:-0}" = 1 ]; then
     "$CXX" "${san[@]}" "$here/app.cc" "${cflags[@]}" "${libs[@]}" -Wl,-rpath,"$libdir" \
         -o "$tmp/pc_cxx_shared"
     "${run[@]}" "$tmp/pc_cxx_shared" || fail "pc_cxx_shared"
-    "$CXX" "${san[@]}" "$here/app.cc" "${cflags[@]}" "$libdir/liblull.a" -lpthread -ldl \
+    "$CXX" "${san[@]}" "$here/app.cc" "${cflags[@]}" "${static_libs[@]}" \
         -o "$tmp/pc_cxx_static"
     "${run[@]}" "$tmp/pc_cxx_static" || fail "pc_cxx_static"
 fi

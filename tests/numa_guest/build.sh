@@ -11,7 +11,7 @@
 # that needs the whole allocator can compile itself out (#ifndef
 # LULL_GUEST_NO_LIB). With --lib, liblull.a (built with the same compiler)
 # is linked statically instead (whole archive, so its malloc replaces
-# glibc's), with liburing.a and libdl: the checks then run on lull.
+# glibc's), with liburing.a, libdl and libz: the checks then run on lull.
 # Environment: CC (default gcc), EXTRA_CFLAGS, EXTRA_LIBS.
 set -euo pipefail
 
@@ -46,7 +46,8 @@ else
     libs=(-Wl,--whole-archive "$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")"
         -Wl,--no-whole-archive)
     [ -e "$uring" ] && libs+=("$uring")
-    libs+=(-ldl)
+    # -lz -lm: the whole archive has the heap profile (src/pprof_write.c, src/profile*.c)
+    libs+=(-ldl -lz -lm)
 fi
 # shellcheck disable=SC2086
 read -r -a extra_cflags <<<"${EXTRA_CFLAGS:-}"
