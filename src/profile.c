@@ -59,9 +59,9 @@ typedef struct {
 } sample_slot;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static stack_record *stacks;    /* MAX_STACKS */
-static uint32_t *stack_index;   /* STACK_SLOTS: 1 + index into stacks, or 0 */
-static sample_slot *samples;    /* SAMPLE_SLOTS */
+static stack_record *stacks;  /* MAX_STACKS */
+static uint32_t *stack_index; /* STACK_SLOTS: 1 + index into stacks, or 0 */
+static sample_slot *samples;  /* SAMPLE_SLOTS */
 static uint32_t nstacks, nsamples;
 static double live_total, peak_total;
 static uint64_t dropped;
@@ -207,7 +207,8 @@ void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes) {
     uint32_t i = slot_of((uintptr_t)p);
     while (samples[i].addr)
         i = (i + 1) & (SAMPLE_SLOTS - 1);
-    samples[i] = (sample_slot){.addr = (uintptr_t)p, .stack = k, .objects = objects, .space = space};
+    samples[i] =
+        (sample_slot){.addr = (uintptr_t)p, .stack = k, .objects = objects, .space = space};
     nsamples++;
     note_peak();
 out:

@@ -7,6 +7,7 @@
  * contents read with zlib alone, and the write errors. */
 #define _GNU_SOURCE
 #include "src/pprof_write.h"
+#include "tests/support/pprof_run.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -96,13 +97,7 @@ static void write_profile(void) {
     cr_assert_eq(lull_pprof_write(fd, r, n, 512 * 1024, 1700000000123456789), 0,
                  "lull_pprof_write: %s", strerror(errno));
     close(fd);
-    setenv("HOME", tmpdir, 1);
-    setenv("GOCACHE", tmpdir, 1);
-    setenv("GOPATH", tmpdir, 1);
-    setenv("PPROF_TMPDIR", tmpdir, 1);
-    setenv("PPROF_BINARY_PATH", tmpdir, 1);
-    setenv("GOTOOLCHAIN", "local", 1); /* newer go: never fetch another toolchain */
-    setenv("GOPROXY", "off", 1);
+    pprof_env(tmpdir);
 }
 
 static void remove_profile(void) {
@@ -111,30 +106,8 @@ static void remove_profile(void) {
     if (made_tmpdir && system(cmd) != 0) cr_log_warn("%s failed", cmd);
 }
 
-static void require_go(void) {
-    if (system("command -v go >/dev/null 2>&1") != 0)
-        cr_assert_fail("go is not on PATH: these tests read the profile with `go tool pprof` "
-                       "(install golang-go; tests/install-deps.sh does)");
-}
-
-/* `go tool pprof ARGS BINARY PROFILE`'s stdout; fails the test unless it
- * exits 0. */
 static char *pprof(const char *args) {
-    require_go();
-    char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "go tool pprof %s '%s' '%s' 2>&1", args, exe, profile);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f, "popen %s: %s", cmd, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t n; (n = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
-        len += n;
-        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = 0;
-    int status = pclose(f);
-    cr_assert_eq(status, 0, "%s: exit status %d\n%s", cmd, status, buf);
-    return buf;
+    return pprof_run(args, exe, profile);
 }
 
 typedef struct {
