@@ -578,6 +578,7 @@ static void print_flags(FILE *f, uint64_t flags) {
         {LULL_COUNTERS_F_DEGRADED, "degraded"},
         {LULL_COUNTERS_F_INLINE_PURGE, "inline-purge"},
         {LULL_COUNTERS_F_NODES_TRUNCATED, "nodes-truncated"},
+        {LULL_COUNTERS_F_PROFILE_REQUESTS, "profile-requests"},
     };
     bool any = false;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
