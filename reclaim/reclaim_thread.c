@@ -18,6 +18,7 @@
  * hand it out twice). */
 #include "reclaim/reclaim.h"
 #include "lull.h"
+#include "lull/counters.h"
 #include "numa/arena.h"
 #include "numa/page_park.h"
 #include "reclaim/huge_cache.h"
@@ -49,6 +50,11 @@
 
 #define BUSY_TICK_MS 2
 #define IDLE_TICK_MS 100
+/* Every wake-up runs the tick hooks, and the counter page's serves heap
+ * profile requests: the idle sleep bounds how long one waits (the ABI
+ * promises LULL_COUNTERS_REQUEST_POLL_MS). */
+_Static_assert(IDLE_TICK_MS <= LULL_COUNTERS_REQUEST_POLL_MS,
+               "the idle sleep is longer than the request poll promised in lull/counters.h");
 
 static struct {
     pthread_t thread;

@@ -34,6 +34,8 @@
 /* Bounds of the sweep of /dev/shm when a page is created. */
 #define SWEEP_MAX_ENTRIES 4096
 #define SWEEP_MAX_PAGES 256
+/* The object: the published struct, then the request block. */
+#define PAGE_BYTES ((size_t)LULL_COUNTERS_FILE_SIZE)
 
 /* The mapping, published with seq_cst so that close and publish agree on
  * who may touch it (see counter_page_close). */
@@ -47,6 +49,10 @@ static pthread_t page_writer;
 static uint64_t page_size_cached;
 /* The mapping is MADV_DONTFORK: a fork child does not have it. */
 static bool page_dontfork;
+/* The last profile_request value answered (the writer's own copy: the
+ * page's profile_done is never read back). 0 for a new page, which is
+ * zero-filled. Only the writer touches it. */
+static uint64_t request_served;
 
 /* The life-cycle gate between the page's creation (on the reclaim thread)
  * and the ends of the process (exit, _exit, exec on any thread): `opening`
@@ -364,17 +370,16 @@ static int open_page(const char *name) {
     /* 0600 whatever the umask. */
     if (fchmod(fd, 0600) == 0) {
         what = "ftruncate";
-        if (ftruncate(fd, (off_t)sizeof(struct lull_counters)) == 0) {
+        if (ftruncate(fd, (off_t)PAGE_BYTES) == 0) {
             /* Reserve the page's blocks now: on a full tmpfs ftruncate
              * succeeds, and the first store into the mapping would be a
              * SIGBUS that kills the process. (posix_fallocate returns the
              * error instead of setting errno.) */
             what = "reserving its space (posix_fallocate)";
-            int e = posix_fallocate(fd, 0, (off_t)sizeof(struct lull_counters));
+            int e = posix_fallocate(fd, 0, (off_t)PAGE_BYTES);
             if (e == 0) {
                 what = "mmap";
-                p = mmap(NULL, sizeof(struct lull_counters), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                         0);
+                p = mmap(NULL, PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             } else {
                 errno = e;
             }
@@ -393,7 +398,7 @@ static int open_page(const char *name) {
     /* A fork child gets no copy of the mapping: it never holds the parent's
      * lock (a child that outlives its parent would keep a stale page
      * looking alive) and cannot write the parent's page. */
-    page_dontfork = madvise(p, sizeof(struct lull_counters), MADV_DONTFORK) == 0;
+    page_dontfork = madvise(p, PAGE_BYTES, MADV_DONTFORK) == 0;
 
     long ps = sysconf(_SC_PAGESIZE);
     page_size_cached = ps > 0 ? (uint64_t)ps : 4096;
@@ -407,6 +412,7 @@ static int open_page(const char *name) {
 
     page_owner = pid;
     page_writer = pthread_self();
+    request_served = 0;
     __atomic_store_n(&page, p, __ATOMIC_SEQ_CST);
     lull_verbose("counter page %s", page_name);
     return 0;
@@ -532,6 +538,76 @@ void counter_page_publish(const struct lull_counters *c) {
     __atomic_fetch_sub(&publishing, 1, __ATOMIC_RELEASE);
 }
 
+/* ------------------------------------------------------------ requests */
+
+/* The page, for the writer alone, with `publishing` raised (close waits
+ * for it): NULL if there is none or this is not its writer thread. Every
+ * call is followed by request_leave(). */
+static struct lull_counters *request_enter(void) {
+    __atomic_fetch_add(&publishing, 1, __ATOMIC_SEQ_CST);
+    struct lull_counters *p = __atomic_load_n(&page, __ATOMIC_SEQ_CST);
+    return p && pthread_equal(pthread_self(), page_writer) ? p : NULL;
+}
+
+static void request_leave(void) {
+    __atomic_fetch_sub(&publishing, 1, __ATOMIC_RELEASE);
+}
+
+bool counter_page_take_request(uint64_t *req) {
+    struct lull_counters *p = request_enter();
+    bool asked = false;
+    if (p) {
+        /* Any value but the last one served is a request: nothing else is
+         * derived from it (no index, no size, no name). */
+        uint64_t r =
+            __atomic_load_n(&lull_counters_request_block(p)->profile_request, __ATOMIC_ACQUIRE);
+        if (r != request_served) {
+            *req = r;
+            asked = true;
+        }
+    }
+    request_leave();
+    return asked;
+}
+
+void counter_page_answer(uint64_t req, int status) {
+    struct lull_counters *p = request_enter();
+    if (p) {
+        volatile struct lull_counters_request *b = lull_counters_request_block(p);
+        __atomic_store_n(&b->profile_status, (uint64_t)(status < 0 ? -status : status),
+                         __ATOMIC_RELAXED);
+        /* Release: the status, and the profile file, before the answer. */
+        __atomic_store_n(&b->profile_done, req, __ATOMIC_RELEASE);
+        request_served = req;
+    }
+    request_leave();
+}
+
+int counter_page_profile_file(char *buf, size_t len) {
+    const char *name = counter_page_name();
+    if (!name) return -ENOENT;
+    size_t n = strlen(name + 1);
+    if (n + sizeof LULL_COUNTERS_PROFILE_SUFFIX > len) return -ENAMETOOLONG;
+    memcpy(buf, name + 1, n);
+    memcpy(buf + n, LULL_COUNTERS_PROFILE_SUFFIX, sizeof LULL_COUNTERS_PROFILE_SUFFIX);
+    return 0;
+}
+
+/* The page's profile file goes with the page, when it is a regular file of
+ * ours (in /dev/shm, sticky, nobody else can replace it between the look
+ * and the unlink); anything else at the name is left alone. */
+static void remove_own_profile(void) {
+    char
+        path[sizeof LULL_COUNTERS_SHM_DIR + sizeof page_name + sizeof LULL_COUNTERS_PROFILE_SUFFIX];
+    size_t d = sizeof LULL_COUNTERS_SHM_DIR - 1, n = strlen(page_name);
+    if (n == 0) return;
+    memcpy(path, LULL_COUNTERS_SHM_DIR, d);
+    memcpy(path + d, page_name, n);
+    memcpy(path + d + n, LULL_COUNTERS_PROFILE_SUFFIX, sizeof LULL_COUNTERS_PROFILE_SUFFIX);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) unlink(path);
+}
+
 /* --------------------------------------------------------------- close */
 
 void counter_page_close(void) {
@@ -546,8 +622,9 @@ void counter_page_close(void) {
      * sweep never finds our name unlocked while we still run. */
     if (owner && shm_unlink(page_name) != 0 && errno != ENOENT)
         lull_message("cannot remove counter page %s: %s", page_name, err_text(errno));
+    if (owner) remove_own_profile();
     /* a fork child that kept the parent's `page` has no such mapping */
-    if (owner || !page_dontfork) munmap(p, sizeof(struct lull_counters));
+    if (owner || !page_dontfork) munmap(p, PAGE_BYTES);
     page_name[0] = '\0';
     page_owner = 0;
 }
@@ -561,9 +638,10 @@ void counter_page_after_fork_child(void) {
     __atomic_store_n(&opening, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&ending, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&reopen_wanted, 0, __ATOMIC_SEQ_CST);
-    if (p && !page_dontfork) munmap(p, sizeof(struct lull_counters));
+    if (p && !page_dontfork) munmap(p, PAGE_BYTES);
     page_name[0] = '\0';
     page_owner = 0;
+    request_served = 0;
     self_pid = getpid();
 }
 
@@ -652,7 +730,10 @@ static void exit_begin(void) {
     if (!gate_enter()) return;
     /* the name only: other threads may still publish into the mapping,
      * and the kernel unmaps it in a moment */
-    if (__atomic_load_n(&page, __ATOMIC_SEQ_CST) && getpid() == page_owner) shm_unlink(page_name);
+    if (__atomic_load_n(&page, __ATOMIC_SEQ_CST) && getpid() == page_owner) {
+        shm_unlink(page_name);
+        remove_own_profile();
+    }
 }
 
 LULL_EXPORT void _exit(int status) {

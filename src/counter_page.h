@@ -26,6 +26,8 @@
  * quick_exit (their handlers), _exit and _Exit, and the exec family
  * (LULL_OVERRIDE builds wrap them: the name goes before the call, and when
  * an exec fails the page comes back under the same name at the next tick).
+ * Its heap profile file (the name plus ".heap", left by a request that
+ * nobody collected) goes with it, if it is a regular file of this user.
  * Nothing else can remove it at the moment the process ends: Linux removes
  * no file name when a process exits or execs (a name in /dev/shm goes only
  * by unlink), _exit runs no user code, and exec runs none of the old
@@ -53,6 +55,8 @@
 #include "lull/counters.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Create and map the page; the calling thread becomes its writer.
  * name: NULL or "" for the default name (above); otherwise a
@@ -110,6 +114,23 @@ void counter_page_at_exit(void);
  * publish_real_ns are set here from the clocks, and page_size if *c has 0.
  * Does nothing if no page is open. No system call except the vDSO clock reads. */
 void counter_page_publish(const struct lull_counters *c);
+
+/* Heap profile requests (include/lull/counters.h, "Requests"; served by
+ * src/profile_request.c). Only the page's writer thread gets or answers
+ * one; both do nothing (false) when no page is open. */
+
+/* true, with *req, when the request block's profile_request differs from
+ * the last value answered: a request to serve. Reads that one word. */
+bool counter_page_take_request(uint64_t *req);
+
+/* Answer request req: profile_status = status (an errno, or 0), then
+ * profile_done = req (release); req is the last value served from now on. */
+void counter_page_answer(uint64_t req, int status);
+
+/* The profile file's name in LULL_COUNTERS_SHM_DIR, without a directory:
+ * the page's name (no leading '/') plus LULL_COUNTERS_PROFILE_SUFFIX.
+ * 0, -ENOENT with no page, -ENAMETOOLONG if len is too small. */
+int counter_page_profile_file(char *buf, size_t len);
 
 /* shm_unlink the page's name, then unmap it (which drops its lock). The
  * name is unlinked only by the process that created it (a fork child that

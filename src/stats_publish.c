@@ -3,10 +3,12 @@
  * dead processes of this user are swept from /dev/shm), refreshed on its
  * tick (at most every PUBLISH_EVERY_MS), reopened at the next tick after a
  * failed exec, removed at exit, _exit and exec (src/counter_page.h).
- * Request threads never write the page. */
+ * Each tick also serves a heap profile request found on the page
+ * (src/profile_request.c). Request threads never write the page. */
 #include "src/counter_page.h"
 #include "base/config.h"
 #include "base/module.h"
+#include "src/profile_request.h"
 #include "src/stats.h"
 
 #include <stdbool.h>
@@ -35,6 +37,8 @@ static uint64_t mono_ns(void) {
 static void publish_now(void) {
     struct lull_counters c;
     lull_stats_collect(&c);
+    /* this thread serves the page's heap profile requests (publish_tick) */
+    c.flags |= LULL_COUNTERS_F_PROFILE_REQUESTS;
     counter_page_publish(&c);
     last_publish_ns = mono_ns();
 }
@@ -60,6 +64,9 @@ static void publish_tick(void) {
         publish_now();
     }
     if (!counter_page_name()) return;
+    /* at every tick, so at most IDLE_TICK_MS (100 ms) apart while the
+     * thread sleeps (LULL_COUNTERS_REQUEST_POLL_MS) */
+    profile_request_serve();
     if (mono_ns() - last_publish_ns >= (uint64_t)PUBLISH_EVERY_MS * 1000000u) publish_now();
 }
 

@@ -15,6 +15,10 @@
  *   lullstat --name NAME         a page by its shm name instead of a pid
  *   lullstat --list              lull pages on this machine, alive or stale
  *   lullstat --clean [PID|NAME]  remove stale pages (of dead processes)
+ *   lullstat --heap-profile [-t S] PID FILE
+ *                                ask PID for a heap profile (gzip pprof)
+ *                                through its page's request block, and put
+ *                                it at FILE
  *
  * Pages, process names and file names in /dev/shm come from other users'
  * programs: a FIFO or other non-file at a page's name is "not a counter
@@ -48,14 +52,16 @@
 /* Exit codes (also in --help). */
 enum {
     EX_OK = 0,
-    EX_FAIL = 1,    /* anything else (I/O error, ...) */
-    EX_USAGE = 2,   /* bad command line */
-    EX_NOPROC = 3,  /* no such process (or it exited during -i) */
-    EX_NOPAGE = 4,  /* the process has no counter page */
-    EX_VERSION = 5, /* unknown ABI version, or not a counter page */
-    EX_PERM = 6,    /* permission denied (another user's page) */
-    EX_TORN = 7,    /* no consistent snapshot: the writer is stuck mid-publication */
-    EX_STALE = 8,   /* the page named after PID belongs to an earlier, dead process */
+    EX_FAIL = 1,         /* anything else (I/O error, ...) */
+    EX_USAGE = 2,        /* bad command line */
+    EX_NOPROC = 3,       /* no such process (or it exited during -i) */
+    EX_NOPAGE = 4,       /* the process has no counter page */
+    EX_VERSION = 5,      /* unknown ABI version, or not a counter page */
+    EX_PERM = 6,         /* permission denied (another user's page) */
+    EX_TORN = 7,         /* no consistent snapshot: the writer is stuck mid-publication */
+    EX_STALE = 8,        /* the page named after PID belongs to an earlier, dead process */
+    EX_TIMEOUT = 9,      /* --heap-profile: no answer within the timeout */
+    EX_PROFILE_OFF = 10, /* --heap-profile: heap profiling is off in the process */
 };
 
 static const char *prog = "lullstat";
@@ -572,6 +578,7 @@ static void print_flags(FILE *f, uint64_t flags) {
         {LULL_COUNTERS_F_DEGRADED, "degraded"},
         {LULL_COUNTERS_F_INLINE_PURGE, "inline-purge"},
         {LULL_COUNTERS_F_NODES_TRUNCATED, "nodes-truncated"},
+        {LULL_COUNTERS_F_PROFILE_REQUESTS, "profile-requests"},
     };
     bool any = false;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -1048,7 +1055,13 @@ struct entry {
     ino_t ino;
     time_t mtime;
     int open_errno;
+    bool profile; /* not a page: a heap profile file, lull.*.heap, left by --heap-profile */
 };
+
+static bool has_profile_suffix(const char *name) {
+    size_t n = strlen(name), k = sizeof LULL_COUNTERS_PROFILE_SUFFIX - 1;
+    return n > k && strcmp(name + n - k, LULL_COUNTERS_PROFILE_SUFFIX) == 0;
+}
 
 /* Pages in /dev/shm: names lull.* and any readable object with the magic. */
 static size_t scan_pages(struct entry **out) {
@@ -1094,6 +1107,7 @@ static size_t scan_pages(struct entry **out) {
             e.open_errno = errno;
         }
         if (!by_name && !e.counter_page) continue;
+        e.profile = !e.counter_page && has_profile_suffix(de->d_name);
         if (!e.counter_page) { /* unreadable or not initialised: pid from the name */
             char *end;
             unsigned long long v = strtoull(de->d_name + 5, &end, 10);
@@ -1142,6 +1156,7 @@ static int do_list(void) {
     printf("%-24s %8s %-7s %4s %-10s %s\n", "PAGE", "PID", "STATE", "ABI", "USER", "COMMAND");
     for (size_t i = 0; i < n; i++) {
         const struct entry *e = &es[i];
+        if (e->profile) continue; /* not a page */
         enum state s = entry_state(e);
         char user[32], comm[ESCAPED_LEN(64)] = "-", abi[16] = "?";
         struct passwd *pw = getpwuid(e->uid);
@@ -1219,6 +1234,7 @@ static int do_clean(char **sel, int nsel) {
     time_t now = time(NULL);
     for (size_t i = 0; i < n; i++) {
         const struct entry *e = &es[i];
+        if (e->profile) continue; /* below, once the stale pages are gone */
         if (nsel && !clean_selected(e, want, nsel, found)) continue;
         enum state s = entry_state(e);
         /* A lull.* object with no header is garbage once it is not brand new
@@ -1248,6 +1264,34 @@ static int do_clean(char **sel, int nsel) {
                garbage && s != ST_STALE ? "no header" : "process gone");
         removed++;
     }
+    /* A heap profile nobody collected goes when its page is gone (a live
+     * process's page: its profile may be on its way to a lullstat). */
+    for (size_t i = 0; i < n; i++) {
+        const struct entry *e = &es[i];
+        if (!e->profile) continue;
+        struct entry pe = *e;
+        pe.name[strlen(pe.name) - (sizeof LULL_COUNTERS_PROFILE_SUFFIX - 1)] = '\0';
+        if (nsel && !clean_selected(&pe, want, nsel, found)) continue;
+        char path[sizeof e->name + sizeof LULL_COUNTERS_SHM_DIR];
+        struct stat now_st;
+        snprintf(path, sizeof path, "%s%s", LULL_COUNTERS_SHM_DIR, pe.name);
+        if (lstat(path, &now_st) == 0 || errno != ENOENT) {
+            if (nsel) printf("kept %s (its page is there)\n", e->shown);
+            continue;
+        }
+        snprintf(path, sizeof path, "%s%s", LULL_COUNTERS_SHM_DIR, e->name);
+        if (lstat(path, &now_st) != 0 || now_st.st_dev != e->dev || now_st.st_ino != e->ino)
+            continue;
+        if (unlink(path) != 0) {
+            int x = errno;
+            if (x == ENOENT) continue;
+            err("cannot remove %s: %s", e->shown, strerror(x));
+            if (rc == EX_OK) rc = (x == EACCES || x == EPERM) ? EX_PERM : EX_FAIL;
+            continue;
+        }
+        printf("removed %s (a heap profile nobody collected; its page is gone)\n", e->shown);
+        removed++;
+    }
     for (int i = 0; i < nsel; i++)
         if (!found[i]) {
             char shown[ESCAPED_LEN(256)];
@@ -1261,6 +1305,295 @@ static int do_clean(char **sel, int nsel) {
     return rc;
 }
 
+/* ------------------------------------------------------- heap profile */
+
+/* The request block is written by lullstat and the process, word by word,
+ * atomically (include/lull/counters.h, "Requests"); like every read of a
+ * mapping, each access runs under bus_armed (a truncated page). false on a
+ * SIGBUS. */
+static bool word_load(volatile uint64_t *w, uint64_t *out) {
+    if (sigsetjmp(bus_env, 1)) {
+        bus_armed = 0;
+        return false;
+    }
+    bus_armed = 1;
+    *out = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+    bus_armed = 0;
+    return true;
+}
+
+/* A new request: profile_request + 1, and never the value already answered
+ * (a page someone wrote garbage into may have request == done - 1). */
+static bool raise_request(volatile struct lull_counters_request *b, uint64_t *req) {
+    if (sigsetjmp(bus_env, 1)) {
+        bus_armed = 0;
+        return false;
+    }
+    bus_armed = 1;
+    uint64_t old = __atomic_load_n(&b->profile_request, __ATOMIC_RELAXED), want;
+    do {
+        want = old + 1;
+        if (want == __atomic_load_n(&b->profile_done, __ATOMIC_RELAXED)) want++;
+    } while (!__atomic_compare_exchange_n(&b->profile_request, &old, want, false, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_RELAXED));
+    bus_armed = 0;
+    *req = want;
+    return true;
+}
+
+static uint64_t mono_ms(void) {
+    return now_ns(CLOCK_MONOTONIC) / 1000000u;
+}
+
+static void nap_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* "10", "0.5", "2.25": seconds, with at most 3 decimals, > 0, up to a day. */
+static bool parse_seconds(const char *s, uint64_t *ms) {
+    uint64_t whole = 0, frac = 0;
+    int digits = 0, decimals = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++, digits++)
+        if ((whole = whole * 10 + (uint64_t)(*p - '0')) > 86400) return false;
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, decimals++) {
+            if (decimals == 3) return false;
+            frac = frac * 10 + (uint64_t)(*p - '0');
+        }
+    }
+    if (*p || digits + decimals == 0) return false;
+    for (int i = decimals; i < 3; i++)
+        frac *= 10;
+    *ms = whole * 1000 + frac;
+    return *ms > 0 && *ms <= 86400000u;
+}
+
+/* The directory FILE goes into must exist and be writable: checked before
+ * the process is asked, so a typo does not cost a profile. */
+static int check_destination(const char *file) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    struct stat st;
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        err("%s is a directory: give the profile's file name", file);
+        return EX_USAGE;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        err("cannot write %s: %s: %s", file, dir, strerror(errno));
+        return EX_FAIL;
+    }
+    return EX_OK;
+}
+
+/* Copy src (open) to dst; 0 or an errno. */
+static int copy_file(int src, const char *dst) {
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out < 0) return errno;
+    char buf[1 << 16];
+    int e = 0;
+    for (;;) {
+        ssize_t n = read(src, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            e = errno;
+            break;
+        }
+        if (n == 0) break;
+        for (ssize_t off = 0; off < n && !e;) {
+            ssize_t w = write(out, buf + off, (size_t)(n - off));
+            if (w < 0 && errno != EINTR) e = errno;
+            if (w > 0) off += w;
+        }
+        if (e) break;
+    }
+    if (close(out) != 0 && !e) e = errno;
+    if (e) unlink(dst);
+    return e;
+}
+
+/* The profile the process left at src (its own regular file, owner uid)
+ * becomes file: renamed, or copied and removed across file systems. */
+static int take_profile(const char *src, uid_t uid, const char *file, off_t *size) {
+    int fd = open(src, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        err("%s: %s (the process answered, but its profile is not there: removed meanwhile?)", src,
+            strerror(errno));
+        return EX_FAIL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid) {
+        err("%s is not the process's profile (not a regular file of uid %u): left alone", src,
+            (unsigned)uid);
+        close(fd);
+        return EX_FAIL;
+    }
+    *size = st.st_size;
+    int e = rename(src, file) == 0 ? 0 : errno;
+    if (e == EXDEV) {
+        e = copy_file(fd, file);
+        if (e == 0) unlink(src);
+    }
+    close(fd);
+    if (e) {
+        err("cannot move the profile %s to %s: %s", src, file, strerror(e));
+        return EX_FAIL;
+    }
+    return EX_OK;
+}
+
+static int profile_refused(const char *who, uint64_t status, const char *src) {
+    if (status == EINVAL) {
+        err("heap profiling is off in %s: start it with LULL_CONF=profile_sample_kb=512", who);
+        return EX_PROFILE_OFF;
+    }
+    if (status == EEXIST) {
+        err("%s could not write its heap profile: %s is in the way (not a regular file of the "
+            "process's user, which lull leaves alone): remove it and ask again",
+            who, src);
+        return EX_FAIL;
+    }
+    if (status == EPERM) {
+        err("%s could not write its heap profile: other users may replace files in %s (not "
+            "sticky), so lull writes none there",
+            who, LULL_COUNTERS_SHM_DIR);
+        return EX_FAIL;
+    }
+    err("%s could not write its heap profile: %s", who,
+        status <= INT_MAX ? strerror((int)status) : "unknown error");
+    return EX_FAIL;
+}
+
+/* lullstat --heap-profile: ask the writer of pg (open, checked: alive) for
+ * a profile and wait for it, at most timeout_ms; who names the process in
+ * messages ("process 1234"). */
+static int do_heap_profile(struct page *pg, const char *who, const char *file, uint64_t timeout_ms,
+                           const char *timeout_text) {
+    int rc = check_destination(file);
+    if (rc != EX_OK) return rc;
+    struct lull_counters c;
+    rc = page_snapshot(pg, &c);
+    if (rc != EX_OK) return rc;
+    if (!(c.flags & LULL_COUNTERS_F_PROFILE_REQUESTS)) {
+        err("%s does not serve heap profile requests (%s: a lull older than this lullstat%s)", who,
+            pg->shown, c.seq == 0 ? ", or nothing published yet" : "");
+        return EX_VERSION;
+    }
+    if (!(c.flags & LULL_COUNTERS_F_RECLAIM_THREAD)) {
+        err("%s: its reclaim thread, which would answer, is not running", who);
+        return EX_FAIL;
+    }
+
+    /* the same object, read-write this time */
+    int fd = shm_open(pg->name, O_RDWR | O_NONBLOCK | O_NOFOLLOW, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == EACCES || e == EPERM) {
+            err("%s: permission denied (asking for a profile writes to the page: run lullstat as "
+                "the same user as the process, or as root)",
+                pg->shown);
+            return EX_PERM;
+        }
+        err("%s: %s", pg->shown, strerror(e));
+        return EX_FAIL;
+    }
+    struct stat st, ro;
+    if (fstat(fd, &st) != 0 || fstat(pg->fd, &ro) != 0 || st.st_dev != ro.st_dev ||
+        st.st_ino != ro.st_ino) {
+        err("%s was replaced while lullstat opened it", pg->shown);
+        close(fd);
+        return EX_FAIL;
+    }
+    if ((size_t)st.st_size < LULL_COUNTERS_FILE_SIZE) {
+        err("%s is %zu bytes, without a request block (%zu bytes needed)", pg->shown,
+            (size_t)st.st_size, (size_t)LULL_COUNTERS_FILE_SIZE);
+        close(fd);
+        return EX_VERSION;
+    }
+    void *m = mmap(NULL, LULL_COUNTERS_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        err("%s: mmap: %s", pg->shown, strerror(errno));
+        close(fd);
+        return EX_FAIL;
+    }
+    volatile struct lull_counters_request *b = lull_counters_request_block(m);
+    char src[sizeof pg->name + sizeof LULL_COUNTERS_SHM_DIR + sizeof LULL_COUNTERS_PROFILE_SUFFIX];
+    snprintf(src, sizeof src, "%s%s%s", LULL_COUNTERS_SHM_DIR, pg->name,
+             LULL_COUNTERS_PROFILE_SUFFIX);
+    uint64_t deadline = mono_ms() + timeout_ms;
+
+    /* one requester at a time: an OFD lock on profile_request (its liveness
+     * flock is another kind of lock, which does not conflict) */
+    struct flock lk = {.l_type = F_WRLCK,
+                       .l_whence = SEEK_SET,
+                       .l_start = LULL_COUNTERS_REQUEST_OFFSET,
+                       .l_len = 8};
+    while (fcntl(fd, F_OFD_SETLK, &lk) != 0) {
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR) {
+            err("%s: cannot lock its request block: %s", pg->shown, strerror(errno));
+            rc = EX_FAIL;
+            goto out;
+        }
+        if (mono_ms() >= deadline) {
+            err("another lullstat is asking %s for a heap profile: gave up after %s s", who,
+                timeout_text);
+            rc = EX_TIMEOUT;
+            goto out;
+        }
+        nap_ms(10);
+    }
+
+    uint64_t req, done = 0, status = 0;
+    if (!raise_request(b, &req)) {
+        rc = page_truncated(pg);
+        goto out;
+    }
+    for (;;) {
+        if (!word_load(&b->profile_done, &done)) {
+            rc = page_truncated(pg);
+            goto out;
+        }
+        if ((int64_t)(done - req) >= 0) break;
+        if (page_writer(pg) == WRITER_GONE) {
+            err("%s exited (or exec'd) before it answered the heap profile request", who);
+            rc = EX_NOPROC;
+            goto out;
+        }
+        if (mono_ms() >= deadline) {
+            err("%s did not answer the heap profile request within %s s (is it stopped? is its "
+                "reclaim thread running, or stuck in a long tick?)",
+                who, timeout_text);
+            rc = EX_TIMEOUT;
+            goto out;
+        }
+        nap_ms(5);
+    }
+    if (!word_load(&b->profile_status, &status)) {
+        rc = page_truncated(pg);
+        goto out;
+    }
+    if (status != 0) {
+        rc = profile_refused(who, status, src);
+        goto out;
+    }
+    off_t size = 0;
+    rc = take_profile(src, st.st_uid, file, &size);
+    if (rc == EX_OK)
+        printf("heap profile of %s written to %s (%lld bytes)\n", who, file, (long long)size);
+out:
+    munmap(m, LULL_COUNTERS_FILE_SIZE);
+    close(fd); /* and with it the lock */
+    return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static void usage(FILE *f) {
@@ -1268,6 +1601,7 @@ static void usage(FILE *f) {
             "usage: %s [options] PID\n"
             "       %s [options] --name NAME\n"
             "       %s --list | --clean [PID|NAME...]\n"
+            "       %s --heap-profile [-t S] PID FILE | --heap-profile --name NAME FILE\n"
             "Print the lull counter page of a process. PID is a pid as this lullstat's\n"
             "/proc shows it; the page is shm %sPID, or %sP.NS for a process of\n"
             "another PID namespace (inode NS), in which it is pid P.\n"
@@ -1279,30 +1613,52 @@ static void usage(FILE *f) {
             "  -l, --list          list lull counter pages on this machine\n"
             "  -c, --clean         remove stale pages of processes that are gone (all, or\n"
             "                      only the pages of the PIDs / NAMEs given)\n"
+            "  -H, --heap-profile  ask the process for a sampled heap profile (gzip pprof,\n"
+            "                      for pprof) and write it to FILE: its reclaim thread\n"
+            "                      writes it next to its page (%s/<page>%s), lullstat\n"
+            "                      moves it to FILE; the process must run with\n"
+            "                      LULL_CONF=profile_sample_kb=N; same user or root\n"
+            "  -t, --timeout S     --heap-profile: wait at most S seconds for the answer\n"
+            "                      (default 10; decimals allowed)\n"
             "  -V, --version       print the counter page ABI version this lullstat reads\n"
             "exit status: 0 ok, 1 error (also: the page was truncated while being read),\n"
             "  2 usage, 3 no such process, 4 no counter page,\n"
             "  5 unknown ABI version or not a counter page, 6 permission denied,\n"
-            "  7 no consistent snapshot (writer stuck), 8 stale page (pid reused)\n",
-            prog, prog, prog, LULL_COUNTERS_NAME_PREFIX, LULL_COUNTERS_NAME_PREFIX);
+            "  7 no consistent snapshot (writer stuck), 8 stale page (pid reused),\n"
+            "  9 no answer to --heap-profile in time, 10 heap profiling is off in the process\n",
+            prog, prog, prog, prog, LULL_COUNTERS_NAME_PREFIX, LULL_COUNTERS_NAME_PREFIX,
+            LULL_COUNTERS_SHM_DIR, LULL_COUNTERS_PROFILE_SUFFIX);
 }
 
 int main(int argc, char **argv) {
     enum { FMT_TEXT, FMT_JSON, FMT_PROM } fmt = FMT_TEXT;
     uint64_t interval_ms = 0, count = 0;
     const char *name = NULL;
-    bool list = false, clean = false;
+    bool list = false, clean = false, heap = false;
+    uint64_t timeout_ms = 10000;
+    const char *timeout_text = "10";
     bus_handler_install();
     static const struct option opts[] = {
         {"interval", required_argument, 0, 'i'}, {"count", required_argument, 0, 'n'},
         {"json", no_argument, 0, 'j'},           {"prom", no_argument, 0, 'p'},
         {"name", required_argument, 0, 'N'},     {"list", no_argument, 0, 'l'},
         {"clean", no_argument, 0, 'c'},          {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
+        {"version", no_argument, 0, 'V'},        {"heap-profile", no_argument, 0, 'H'},
+        {"timeout", required_argument, 0, 't'},  {0, 0, 0, 0},
     };
     int o;
-    while ((o = getopt_long(argc, argv, "i:n:jpN:lchV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "i:n:jpN:lchVHt:", opts, NULL)) != -1) {
         switch (o) {
+        case 'H':
+            heap = true;
+            break;
+        case 't':
+            if (!parse_seconds(optarg, &timeout_ms)) {
+                err("bad timeout \"%s\" (seconds > 0, at most 3 decimals, up to 86400)", optarg);
+                return EX_USAGE;
+            }
+            timeout_text = optarg;
+            break;
         case 'i':
             if (!parse_u64(optarg, &interval_ms) || interval_ms == 0) {
                 err("bad interval \"%s\" (milliseconds > 0)", optarg);
@@ -1342,7 +1698,7 @@ int main(int argc, char **argv) {
         }
     }
     if (list || clean) {
-        if ((optind != argc && !clean) || name || interval_ms || fmt != FMT_TEXT) {
+        if ((optind != argc && !clean) || name || interval_ms || fmt != FMT_TEXT || heap) {
             usage(stderr);
             return EX_USAGE;
         }
@@ -1354,7 +1710,15 @@ int main(int argc, char **argv) {
         }
         return rc;
     }
-    if ((name != NULL) == (optind + 1 == argc) || optind + 1 < argc) {
+    const char *file = NULL;
+    if (heap) {
+        /* PID FILE, or FILE with --name */
+        if (argc - optind != (name ? 1 : 2) || interval_ms || count || fmt != FMT_TEXT) {
+            usage(stderr);
+            return EX_USAGE;
+        }
+        file = argv[argc - 1];
+    } else if ((name != NULL) == (optind + 1 == argc) || optind + 1 < argc) {
         usage(stderr);
         return EX_USAGE;
     }
@@ -1399,10 +1763,14 @@ int main(int argc, char **argv) {
         uint64_t ns_pid;
         default_page_name(pid, pname, sizeof pname, &ns_pid);
         rc = page_open(&pg, pname);
-        if (rc == EX_NOPAGE)
+        if (rc == EX_NOPAGE) {
             err("process %" PRIu64 " has no counter page %s (not running lull, counter page off, "
                 "or a named page: see --list and --name)",
                 pid, pg.shown);
+            if (heap)
+                err("lull creates its page a second after its reclaim thread starts, which is at "
+                    "its first need; without a page there is no thread to answer");
+        }
         if (rc != EX_OK) return rc;
         pg.view_pid = pid;
         uint64_t ppid = pg.pid, pstart = pg.start_time;
@@ -1425,12 +1793,25 @@ int main(int argc, char **argv) {
         if (rc != EX_OK) return rc;
         pid = pg.view_pid;
         start = pg.start_time;
+        if (heap && page_writer(&pg) == WRITER_GONE) {
+            err("%s is stale: its process is gone, nobody would answer", pg.shown);
+            page_unmap(&pg);
+            return EX_STALE;
+        }
         if (page_writer(&pg) == WRITER_GONE) {
             stale = true;
             char pt[96];
             err("warning: %s is stale: process %s is gone; showing its last figures", pg.shown,
                 pid_text(pt, sizeof pt, &pg) + 4);
         }
+    }
+
+    if (heap) {
+        char who[128], pt[96];
+        snprintf(who, sizeof who, "process %s", pid_text(pt, sizeof pt, &pg) + 4);
+        rc = do_heap_profile(&pg, who, file, timeout_ms, timeout_text);
+        page_unmap(&pg);
+        return fflush(stdout) == 0 ? rc : EX_FAIL;
     }
 
     struct lull_counters cur, prev;

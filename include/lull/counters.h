@@ -4,7 +4,8 @@
  * shared-memory object, by default "/lull.<pid>" (on Linux the file
  * /dev/shm/lull.<pid>), or "/lull.<pid>.<ns>" in a PID namespace other than
  * the initial one (<pid> its pid there, <ns> the inode of its
- * /proc/self/ns/pid), mode 0600, holding one struct lull_counters. Its
+ * /proc/self/ns/pid), mode 0600, holding one struct lull_counters (and,
+ * further on, a request block: "Requests" below). Its
  * reclaim thread republishes the figures every tick; any process of the same
  * user may map the object read-only and copy a consistent snapshot with
  * lull_counters_snapshot() below. The object is removed when the process
@@ -28,7 +29,9 @@
  *   - Fields may be added at the end without changing abi_version; `size`
  *     then grows. A reader accepts a page of its version whose size is at
  *     least sizeof(struct lull_counters) as it knows it, and reads only that
- *     prefix. A page smaller than that is refused.
+ *     prefix. A page smaller than that is refused. The struct never grows
+ *     past LULL_COUNTERS_REQUEST_OFFSET; the object may be larger than
+ *     `size` (the request block, "Requests" below).
  *   - Reserved fields are written as 0 and must be ignored.
  *
  * Consistency (a sequence lock)
@@ -40,6 +43,34 @@
  *   keeps the copy only if both reads are equal and even. seq == 0 means
  *   nothing has been published yet (all figures are 0). A seq that stays odd
  *   means the writer died in the middle of a publication.
+ *
+ * Requests (an addition within v1: the heap profile)
+ *   The object is LULL_COUNTERS_FILE_SIZE bytes: after the published struct
+ *   (whose `size` is still sizeof(struct lull_counters)), at offset
+ *   LULL_COUNTERS_REQUEST_OFFSET, lies one struct lull_counters_request,
+ *   which no publication ever writes (it is outside the seqlock: read and
+ *   write its words one at a time, atomically). A requester (lullstat
+ *   --heap-profile) maps the object read-write, which only the page's user
+ *   (mode 0600) or root can, and raises profile_request; the writer's
+ *   reclaim thread looks at that word at every wake-up (at most
+ *   LULL_COUNTERS_REQUEST_POLL_MS apart), and when it differs from the
+ *   last value it served it writes a heap profile (lull_profile_dump(),
+ *   gzip pprof) to the file named like the page plus
+ *   LULL_COUNTERS_PROFILE_SUFFIX in LULL_COUNTERS_SHM_DIR
+ *   (/dev/shm/lull.<pid>.heap), created O_EXCL|O_NOFOLLOW mode 0600,
+ *   stores profile_status (0, or the errno: EINVAL when profiling is off)
+ *   and then profile_done = the request it served (release). The requester
+ *   waits until profile_done reaches its request, reads profile_status,
+ *   and takes the file away (rename). The writer only reads
+ *   profile_request and compares it for inequality: any value is a
+ *   request, and a value it has just served is none. Requesters
+ *   serialise among themselves with an OFD write lock
+ *   (fcntl F_OFD_SETLK) on the 8 bytes of profile_request, held from
+ *   before the request until the file is taken (lull never takes it; its
+ *   liveness lock is a flock, which does not conflict). A page whose
+ *   published flags lack LULL_COUNTERS_F_PROFILE_REQUESTS (an older
+ *   writer, or a file smaller than LULL_COUNTERS_FILE_SIZE) answers no
+ *   request.
  *
  * Units: bytes unless the name says otherwise; "count" fields are
  * cumulative since the process started (monotonic, wrap only after 2^64);
@@ -113,6 +144,8 @@ enum lull_counters_purge_mode {
 #define LULL_COUNTERS_F_INLINE_PURGE UINT64_C(0x4)   /* freeing threads purge (no reclaim thread) */
 #define LULL_COUNTERS_F_NODES_TRUNCATED                                                            \
     UINT64_C(0x8) /* more nodes than MAX_NODES: see NODE_OTHER */
+#define LULL_COUNTERS_F_PROFILE_REQUESTS                                                           \
+    UINT64_C(0x10) /* the writer serves heap profile requests (struct lull_counters_request) */
 
 /* The accounting identity: every byte lull has mapped is in exactly one of
  * the terms after `mapped`, so
@@ -215,6 +248,39 @@ struct lull_counters {
      * should still not trust the terminator). */
     char config[LULL_COUNTERS_CONFIG_LEN];
 };
+
+/* ------------------------------------------------------------- requests */
+
+/* Where struct lull_counters_request lies in the object: past the
+ * published struct, which may grow within v1 up to this offset. */
+#define LULL_COUNTERS_REQUEST_OFFSET 4096
+/* The heap profile file: the page's name plus this, in the same directory
+ * ("/dev/shm/lull.1234.heap"). */
+#define LULL_COUNTERS_PROFILE_SUFFIX ".heap"
+/* The longest interval between two looks of the writer at profile_request
+ * while its reclaim thread runs and is not inside a long step (its idle
+ * sleep). */
+#define LULL_COUNTERS_REQUEST_POLL_MS 100
+
+/* Written by requesters and by the writer, word by word, never by a
+ * publication (see "Requests" above). */
+struct lull_counters_request {
+    uint64_t profile_request; /* by requesters: raise it (any new value) to ask for a profile */
+    uint64_t profile_done;    /* by the writer: the last profile_request value it served */
+    uint64_t profile_status;  /* by the writer, before profile_done: 0, or an errno */
+    uint64_t reserved[5];
+};
+
+/* Size of the object of a writer that serves requests. */
+#define LULL_COUNTERS_FILE_SIZE                                                                    \
+    (LULL_COUNTERS_REQUEST_OFFSET + sizeof(struct lull_counters_request))
+
+/* The request block of a mapping of at least LULL_COUNTERS_FILE_SIZE bytes. */
+static inline volatile struct lull_counters_request *
+lull_counters_request_block(volatile void *mapping) {
+    return (volatile struct lull_counters_request *)((volatile char *)mapping +
+                                                     LULL_COUNTERS_REQUEST_OFFSET);
+}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -384,6 +450,15 @@ LULL_COUNTERS_AT(total, 432);
 LULL_COUNTERS_AT(nodes, 504);
 LULL_COUNTERS_AT(config, 1528);
 #undef LULL_COUNTERS_AT
+LULL_COUNTERS_STATIC_ASSERT(sizeof(struct lull_counters) <= LULL_COUNTERS_REQUEST_OFFSET,
+                            "the request block lies after the published struct");
+LULL_COUNTERS_STATIC_ASSERT(sizeof(struct lull_counters_request) == 8 * 8, "request block size");
+LULL_COUNTERS_STATIC_ASSERT(offsetof(struct lull_counters_request, profile_request) == 0,
+                            "lull_counters_request layout: profile_request");
+LULL_COUNTERS_STATIC_ASSERT(offsetof(struct lull_counters_request, profile_done) == 8,
+                            "lull_counters_request layout: profile_done");
+LULL_COUNTERS_STATIC_ASSERT(offsetof(struct lull_counters_request, profile_status) == 16,
+                            "lull_counters_request layout: profile_status");
 
 #ifdef __cplusplus
 }
