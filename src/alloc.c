@@ -19,7 +19,7 @@
 
 /* Carve up to a page's worth of never-used blocks into the free list: memory
  * is touched only as it is handed out. */
-static void span_extend(lull_span *s) {
+void lull_span_extend(lull_span *s) {
     uint32_t left = s->capacity - s->carved;
     uint32_t n = (uint32_t)(LULL_PAGE_SIZE / s->block_size);
     if (n < 1) n = 1;
@@ -97,7 +97,7 @@ lull_span *lull_class_refill(lull_heap *h, unsigned c) {
          * carves nothing (the next carve's page never parks, but its blocks
          * would be on no bitmap) */
         if (!s->free) lull_span_unpark(s, true);
-        if (!s->free && !s->parking && s->carved < s->capacity) span_extend(s);
+        if (!s->free && !s->parking && s->carved < s->capacity) lull_span_extend(s);
         if (s->free) {
             if (s != q->head) {
                 lull_heap_queue_remove(q, s);
@@ -117,7 +117,7 @@ lull_span *lull_class_refill(lull_heap *h, unsigned c) {
         lull_heap_set_current(h, c, q->head ? q->head : &lull_span_empty);
         return NULL;
     }
-    span_extend(s);
+    lull_span_extend(s);
     lull_heap_queue_push_front(q, s);
     lull_heap_set_current(h, c, s);
     return s;

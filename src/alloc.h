@@ -13,6 +13,8 @@
 /* size first and alone: the fast path's tail call passes it in the register
  * it arrived in (one move fewer per malloc) */
 void *lull_malloc_slow(size_t size);
+/* Carve up to a page of the span's never-used blocks onto its list. */
+void lull_span_extend(lull_span *s);
 /* A span of class c with a free block made current, or NULL (no memory). */
 lull_span *lull_class_refill(lull_heap *h, unsigned c);
 /* A one-block large span for `size` bytes aligned to `alignment` (at
