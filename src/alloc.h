@@ -35,7 +35,10 @@ void lull_free_not_segment(void *p);
 void lull_free_sized_slow(const char *who, void *p, size_t size);
 size_t lull_usable_generic(const void *p);
 
-static inline void *lull_malloc_inline(size_t size) {
+/* always inline: every caller is an entry point, whose frame the heap
+ * profile skips by its section (src/entry_text.h); a copy of its own (an
+ * -O1 or sanitizer build) would be a lull frame on top of every stack */
+__attribute__((always_inline)) static inline void *lull_malloc_inline(size_t size) {
     lull_heap *h = lull_tl_heap;
     if (__builtin_expect(size <= 1024, 1)) {
         lull_span *s = h->direct[(size + 7) >> 3];

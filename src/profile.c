@@ -240,6 +240,7 @@ static int64_t rounded(double x) {
 }
 
 int lull_profile_dump(const char *path) {
+    lull_modules_ensure_started(); /* a process that has not allocated through lull yet */
     if (!lull_profile_interval || !path) {
         errno = EINVAL;
         return -1;

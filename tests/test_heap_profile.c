@@ -1,13 +1,15 @@
 /* The sampled heap profile (profile_sample_kb, src/profile.h), end to end:
- * a new process with sampling at 64 KiB allocates from functions of its
+ * a new process with sampling at 16 KiB allocates from functions of its
  * own (most memory live in hold_most_memory, most bytes allocated and
  * freed in churn, a large block, calloc'd blocks, blocks of a thread that
  * exits and that main frees), dumps with lull_profile_dump and prints
  * the true figures; `go tool pprof` must name the right function first for
- * each sample type, with estimates within 30 % of the truth (at 64 KiB a
- * figure of 12 MiB rests on about 190 samples: a standard error of 7 %),
+ * each sample type, with estimates within 30 % of the truth (at 16 KiB the
+ * smallest figure, 4 MiB, rests on about 256 samples: a standard error of
+ * 6 %, so 30 % is 4.8 of them; at 64 KiB it failed 1 run in 40),
  * and with none of lull's own frames on top. Also the API's errors. go is
- * required (tests/support/pprof_run.h). */
+ * required (tests/support/pprof_run.h). The lull_* names, so that the
+ * sanitizer builds (where malloc is the sanitizer's) profile too. */
 #define _GNU_SOURCE
 #include "lull.h"
 #include "tests/support/pprof_run.h"
@@ -41,26 +43,26 @@ static void keep(void *p) {
 
 __attribute__((noinline)) static void hold_most_memory(void) {
     for (int i = 0; i < MOST_BLOCKS; i++) {
-        most[i] = malloc(256);
+        most[i] = lull_malloc(256);
         memset(most[i], 1, 256);
     }
 }
 
 __attribute__((noinline)) static void hold_less(void) {
     for (int i = 0; i < LESS_BLOCKS; i++)
-        keep(less[i] = calloc(1, 64));
+        keep(less[i] = lull_calloc(1, 64));
 }
 
 __attribute__((noinline)) static void churn(void) {
     for (int i = 0; i < CHURN_PAIRS; i++) {
-        void *p = malloc(100);
+        void *p = lull_malloc(100);
         keep(p);
-        free(p);
+        lull_free(p);
     }
 }
 
 __attribute__((noinline)) static void hold_large(void) {
-    large = malloc(LARGE_BYTES);
+    large = lull_malloc(LARGE_BYTES);
     memset(large, 2, LARGE_BYTES);
     keep(large);
 }
@@ -68,7 +70,7 @@ __attribute__((noinline)) static void hold_large(void) {
 __attribute__((noinline)) static void *allocate_in_thread(void *arg) {
     (void)arg;
     for (int i = 0; i < THREAD_BLOCKS; i++)
-        keep(thread_blocks[i] = malloc(128));
+        keep(thread_blocks[i] = lull_malloc(128));
     return NULL;
 }
 
@@ -77,15 +79,16 @@ __attribute__((constructor(200))) static void scenario(void) {
     if (!out) return;
     hold_most_memory();
     hold_less();
-    churn();
-    hold_large();
+    /* the thread samples while main does: the profile's lock, under TSan */
     pthread_t t;
     if (pthread_create(&t, NULL, allocate_in_thread, NULL) != 0) _exit(2);
+    churn();
     pthread_join(t, NULL);
+    hold_large();
     for (int i = 0; i < THREAD_BLOCKS; i++)
-        free(thread_blocks[i]);
+        lull_free(thread_blocks[i]);
     for (int i = 0; i < MOST_BLOCKS; i += 2)
-        free(most[i]);
+        lull_free(most[i]);
     /* a directory that does not exist: the error is the open's */
     errno = 0;
     int missing = lull_profile_dump("/nonexistent-dir/heap.pb.gz");
@@ -112,7 +115,7 @@ static void run_scenario(void) {
     pprof_env(dir);
     char var[sizeof path + 32];
     snprintf(var, sizeof var, "LULL_TEST_HEAP_PROFILE=%s", path);
-    const char *vars[] = {var, "LULL_CONF=profile_sample_kb=64", NULL};
+    const char *vars[] = {var, "LULL_CONF=profile_sample_kb=16", NULL};
     reexec_run("test_heap_profile_scenario", vars, "heap profile", 120000, &cr);
     reexec_assert_exited_0(&cr, "heap profile");
     cr_assert_eq(reexec_field(&cr, "dump_rc"), 0, "lull_profile_dump failed:\n%s", cr.err);
