@@ -263,6 +263,13 @@ static bool set_heap_limit(const char *v, size_t len) {
     __atomic_store_n(&lull_config.heap_limit_bytes, (size_t)x << 20, __ATOMIC_RELAXED);
     return true;
 }
+static const char *const thp_names[] = {"never", "auto", "always"};
+static bool set_thp(const char *v, size_t len) {
+    int m = word_index(v, len, thp_names, COUNT(thp_names));
+    if (m < 0) return false;
+    lull_config.thp = (lull_thp_mode)m;
+    return true;
+}
 static bool set_profile_sample(const char *v, size_t len) {
     long x;
     if (!parse_long(v, len, 0, 1L << 20, &x)) return false;
@@ -303,6 +310,7 @@ static const struct {
     {"huge_cache_idle_ms", set_huge_cache_idle, "milliseconds, 0 to 86400000", "10000", false},
     {"heap_limit_mb", set_heap_limit, "MiB, 0 (no limit) to 67108864", "0: no limit", false},
     {"profile_sample_kb", set_profile_sample, "KiB, 0 (off) to 1048576", "0: off", true},
+    {"thp", set_thp, "never, auto or always", "never", true},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 

@@ -36,6 +36,8 @@ typedef enum {
 typedef enum { LULL_SWITCH_AUTO, LULL_SWITCH_ON, LULL_SWITCH_OFF } lull_switch;
 /* the reclaim thread's scheduling class (SCHED_OTHER, SCHED_BATCH, SCHED_IDLE) */
 typedef enum { LULL_SCHED_NORMAL, LULL_SCHED_BATCH, LULL_SCHED_IDLE } lull_reclaim_sched;
+/* transparent huge pages (numa/thp.h) */
+typedef enum { LULL_THP_NEVER, LULL_THP_AUTO, LULL_THP_ALWAYS } lull_thp_mode;
 
 typedef struct {
     long purge_delay_ms; /* auto (-2), never (-1), 0 = immediate, else ms */
@@ -57,6 +59,7 @@ typedef struct {
     long huge_cache_idle_ms;          /* a cached huge mapping unused this long is unmapped */
     size_t heap_limit_bytes;          /* hard limit on the resident estimate; 0 = none */
     size_t profile_sample_bytes;      /* heap profile: mean bytes between samples; 0 = off */
+    lull_thp_mode thp;
 } lull_config_t;
 
 extern lull_config_t lull_config;

@@ -19,6 +19,7 @@ typedef enum {
     LULL_FAULT_SHM_OPEN,      /* counter page cannot be created */
     LULL_FAULT_THREAD_CREATE, /* reclaim thread cannot start */
     LULL_FAULT_NUMA,          /* libnuma missing */
+    LULL_FAULT_COLLAPSE,      /* MADV_COLLAPSE fails (EAGAIN) */
     LULL_FAULT_COUNT
 } lull_fault_point;
 
@@ -36,7 +37,7 @@ static inline bool lull_fault(lull_fault_point p) {
 void lull_fault_arm(lull_fault_point p, int n);
 /* Parse "name[:count],name..." (names: mmap, uring_setup, uring_submit,
  * uring_cqe, process_madvise, uffd, pagemap_scan, shm_open, thread_create,
- * numa). */
+ * numa, collapse). */
 void lull_fault_parse(const char *spec);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "base/linux_compat.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -129,4 +130,9 @@ void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {
     *base = p;
     *map_len = len;
     return p;
+}
+
+int lull_os_collapse(void *addr, size_t len) {
+    if (lull_fault(LULL_FAULT_COLLAPSE)) return EAGAIN;
+    return madvise(addr, len, MADV_COLLAPSE) == 0 ? 0 : errno;
 }

@@ -20,5 +20,8 @@ void *lull_os_huge_map_aligned(size_t len);
  * Returns the base, also through *base / *map_len; NULL with errno ENOMEM. */
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len);
 size_t lull_os_page_size(void);
+/* MADV_COLLAPSE of [addr, addr + len) into huge pages: 0 or the errno. The
+ * reclaim thread's only (numa/thp.h): it may take milliseconds. */
+int lull_os_collapse(void *addr, size_t len);
 
 #endif

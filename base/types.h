@@ -174,6 +174,9 @@ typedef struct lull_segment {
     _Atomic uint32_t page_state[LULL_SLICES];
     _Atomic uint64_t parked_slices[LULL_SLICE_WORDS]; /* slices with a PENDING page */
     _Atomic uint32_t parked_ms[LULL_SLICES];          /* when a page of it was last parked */
+    /* numa/thp.h: bit r, the 2 MiB region r was collapsed into a huge page
+     * and is not split since (the reclaim thread's only) */
+    _Atomic uint16_t thp_huge;
     /* a parking span's free bitmap and page live counts (src/span_park.c),
      * the rows of its slices together; the owner's */
     _Alignas(8) uint8_t park_meta[LULL_SLICES][LULL_PARK_META_BYTES];

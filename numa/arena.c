@@ -1,5 +1,6 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
+#include "numa/thp.h"
 #include "numa/slice_state.h"
 #include "base/bitmap.h"
 #include "base/os.h"
@@ -249,8 +250,16 @@ static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
                 if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
             }
             if (!old_enough) continue;
+            uint64_t free_bits = 0;
+            if (lull_thp_on()) {
+                /* huge pages with live slices are not split (numa/thp.h) */
+                free_bits = lull_slices_free_word(s, w);
+                if (!any_age) old_enough = lull_thp_purgeable(s, w, old_enough, free_bits);
+                if (!old_enough) continue;
+            }
             uint64_t emitted;
             n += lull_slices_claim(s, w, LULL_SLICES_DIRTY, old_enough, out + n, max - n, &emitted);
+            if (emitted && free_bits) lull_thp_note_purge(s, w, emitted, free_bits);
             bytes += (size_t)__builtin_popcountll(emitted) * LULL_SLICE_SIZE;
         }
     }
@@ -291,10 +300,17 @@ static size_t claim_lazy(lull_arena *a, uint32_t purged_before_ms, bool any_age,
                 if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
             }
             if (!old) continue;
+            uint64_t free_bits = 0;
+            if (lull_thp_on()) {
+                free_bits = lull_slices_free_word(s, w);
+                if (!any_age) old = lull_thp_purgeable(s, w, old, free_bits);
+                if (!old) continue;
+            }
             /* the same claim as for dirty slices, from the clean map; what is
              * re-purged is lazy no more */
             uint64_t emitted;
             n += lull_slices_claim(s, w, LULL_SLICES_CLEAN, old, out + n, max - n, &emitted);
+            if (emitted && free_bits) lull_thp_note_purge(s, w, emitted, free_bits);
             if (emitted) lull_slices_clear_lazy(s, w, emitted);
         }
     }

@@ -1,5 +1,6 @@
 /* The page state machine of in-use spans; see page_park.h. */
 #include "numa/page_park.h"
+#include "numa/thp.h"
 #include "base/message.h"
 #include "base/race.h"
 #include "base/resident.h"
@@ -103,7 +104,11 @@ static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lu
             }
             uint32_t t = atomic_load_explicit(&s->parked_ms[slice], memory_order_relaxed);
             if (!any_age && (int32_t)(parked_before_ms - t) < 0) continue; /* parked too recently */
-            n += claim_slice(s, slice, out + n, max - n);
+            /* a page of a huge region waits (numa/thp.h) */
+            if (!any_age && lull_thp_on() && !lull_thp_pages_purgeable(s, slice)) continue;
+            size_t got = claim_slice(s, slice, out + n, max - n);
+            if (got && lull_thp_on()) lull_thp_note_page_purge(s, slice);
+            n += got;
         }
     }
     if (n) LULL_RACE_POINT(LULL_RACE_PAGE_CLAIM);

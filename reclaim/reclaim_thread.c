@@ -21,6 +21,7 @@
 #include "lull/counters.h"
 #include "numa/arena.h"
 #include "numa/page_park.h"
+#include "numa/thp.h"
 #include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_reclaim.h"
@@ -49,6 +50,7 @@
 #include <unistd.h>
 
 #define BUSY_TICK_MS 2
+#define THP_COLLAPSES_PER_TICK 8
 #define IDLE_TICK_MS 100
 /* Every wake-up runs the tick hooks, and the counter page's serves heap
  * profile requests: the idle sleep bounds how long one waits (the ABI
@@ -133,12 +135,27 @@ static bool purge_due(uint32_t now) {
     return work;
 }
 
+/* Huge pages formed where regions are dense (numa/thp.h): a few a tick,
+ * each a few hundred microseconds of this thread's. */
+static bool collapse_dense(void) {
+    if (!lull_thp_tick_start()) return false;
+    unsigned left = THP_COLLAPSES_PER_TICK;
+    for (int i = 0; i < lull_arena_count && left; i++)
+        for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
+             s && left; s = s->next)
+            left -= lull_thp_collapse_dense(s, left);
+    return left < THP_COLLAPSES_PER_TICK;
+}
+
 /* forced: everything free, whatever the delay (purge_now.h), for
  * lull_purge_all and the heap limit */
 static bool tick(bool forced) {
     uint32_t now = lull_now_ms();
     bool work = forced ? lull_purge_now(&R.backend, &R.stats) : purge_due(now);
-    if (forced) STAT_ADD(forced_ticks, 1);
+    if (forced)
+        STAT_ADD(forced_ticks, 1);
+    else if (collapse_dense())
+        work = true;
     lull_refault_tick(now);
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);

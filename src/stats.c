@@ -1,5 +1,6 @@
 /* Statistics gathering; see stats.h. */
 #include "src/stats.h"
+#include "numa/thp.h"
 #include "lull.h"
 #include "numa/arena.h"
 #include "numa/page_park.h"
@@ -222,6 +223,21 @@ void lull_stats_collect(struct lull_counters *out) {
     lull_heaps_foreach(count_heap_stats, out);
     out->free_count += atomic_load_explicit(&lull_other_frees, memory_order_relaxed);
     lull_config_format(out->config, sizeof out->config);
+    lull_thp_counters t;
+    lull_thp_read(&t);
+    lull_thp_state st = lull_thp_state_now();
+    out->thp = (struct lull_counters_thp){
+        .state = st == LULL_THP_ON            ? LULL_COUNTERS_THP_ON
+                 : st == LULL_THP_UNAVAILABLE ? LULL_COUNTERS_THP_UNAVAILABLE
+                                              : LULL_COUNTERS_THP_OFF,
+        .huge_bytes = t.huge_bytes,
+        .collapses = t.collapses,
+        .collapse_failures = t.collapse_failures,
+        .splits = t.splits,
+        .whole_purges = t.whole_purges,
+        .held_bytes = t.held_bytes,
+        .split_avoided = t.split_avoided,
+    };
 }
 
 LULL_EXPORT int lull_stats(struct lull_counters *out) {

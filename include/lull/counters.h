@@ -93,7 +93,7 @@ extern "C" {
 /* Version of the layout described by this header. */
 #define LULL_COUNTERS_ABI_VERSION 1
 /* Size in bytes of struct lull_counters in this version. */
-#define LULL_COUNTERS_SIZE_V1 1784
+#define LULL_COUNTERS_SIZE_V1 1848
 
 /* Default object name is LULL_COUNTERS_NAME_PREFIX "<pid>" (shm_open name,
  * so the file is /dev/shm/lull.<pid>). */
@@ -247,6 +247,27 @@ struct lull_counters {
     /* The configuration in force, "key=value,..." NUL-terminated (a reader
      * should still not trust the terminator). */
     char config[LULL_COUNTERS_CONFIG_LEN];
+
+    /* Transparent huge pages (thp=..., an addition within v1: a page of an
+     * older writer has no such fields, a reader checks `size`). */
+    struct lull_counters_thp {
+        uint64_t state;             /* enum lull_counters_thp_state */
+        uint64_t huge_bytes;        /* regions lull collapsed into huge pages, not split since */
+        uint64_t collapses;         /* count: MADV_COLLAPSE of a dense 2 MiB region */
+        uint64_t collapse_failures; /* count */
+        uint64_t splits;            /* count: huge regions purged piecemeal (past the bound,
+                                     * lull_purge_all, the heap limit) */
+        uint64_t whole_purges;      /* count: huge regions purged whole, all free */
+        uint64_t held_bytes;        /* free slices and parked pages kept in huge regions
+                                     * (not purged: that would split them), last tick */
+        uint64_t split_avoided;     /* count: purges put off for a huge region */
+    } thp;
+};
+
+enum lull_counters_thp_state {
+    LULL_COUNTERS_THP_OFF = 0,         /* thp=never (the default) */
+    LULL_COUNTERS_THP_ON = 1,          /* lull forms and keeps huge pages */
+    LULL_COUNTERS_THP_UNAVAILABLE = 2, /* asked for; the system has THP off, or no MADV_COLLAPSE */
 };
 
 /* ------------------------------------------------------------- requests */
@@ -449,6 +470,7 @@ LULL_COUNTERS_AT(refault_distance, 304);
 LULL_COUNTERS_AT(total, 432);
 LULL_COUNTERS_AT(nodes, 504);
 LULL_COUNTERS_AT(config, 1528);
+LULL_COUNTERS_AT(thp, 1784);
 #undef LULL_COUNTERS_AT
 LULL_COUNTERS_STATIC_ASSERT(sizeof(struct lull_counters) <= LULL_COUNTERS_REQUEST_OFFSET,
                             "the request block lies after the published struct");

@@ -1,0 +1,149 @@
+/* Transparent huge pages: see thp.h. */
+#include "numa/thp.h"
+#include "base/config.h"
+#include "base/os.h"
+#include "numa/slice_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+/* thp=auto: free slices and parked pages kept whole in huge regions, at
+ * most this much; past it, the next tick purges them (and splits). */
+#define HELD_BOUND ((uint64_t)64 << 20)
+#define HALF ((uint64_t)0xffffffffu)
+
+static _Atomic int state = -1; /* lull_thp_state, -1 before the first call */
+static _Atomic bool keep_huge = true;
+static _Atomic uint64_t held_this_tick, held_last_tick;
+static _Atomic uint64_t n_collapses, n_failures, n_splits, n_whole, n_avoided, n_huge_regions;
+
+/* The system's setting: "always [madvise] never" and the like. */
+static bool system_allows(void) {
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[96];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    return strstr(buf, "[never]") == NULL;
+}
+
+lull_thp_state lull_thp_state_now(void) {
+    int s = atomic_load_explicit(&state, memory_order_relaxed);
+    if (s >= 0) return (lull_thp_state)s;
+    s = lull_config.thp == LULL_THP_NEVER ? LULL_THP_OFF
+        : system_allows()                 ? LULL_THP_ON
+                                          : LULL_THP_UNAVAILABLE;
+    atomic_store_explicit(&state, s, memory_order_relaxed);
+    return (lull_thp_state)s;
+}
+
+static uint16_t huge_bits(const lull_segment *s) {
+    return atomic_load_explicit(&s->thp_huge, memory_order_relaxed);
+}
+
+static void clear_huge(lull_segment *s, unsigned r) {
+    atomic_fetch_and_explicit(&s->thp_huge, (uint16_t) ~(1u << r), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&n_huge_regions, 1, memory_order_relaxed);
+}
+
+uint64_t lull_thp_purgeable(lull_segment *s, unsigned w, uint64_t want, uint64_t free_bits) {
+    uint16_t huge = huge_bits(s);
+    if (!huge || !atomic_load_explicit(&keep_huge, memory_order_relaxed)) return want;
+    for (unsigned h = 0; h < 2; h++) {
+        unsigned r = w * 2 + h;
+        uint64_t half = HALF << (32 * h);
+        if (!(huge >> r & 1) || !(want & half) || (free_bits & half) == half) continue;
+        /* a huge page with live slices: its free ones wait */
+        atomic_fetch_add_explicit(&held_this_tick,
+                                  (uint64_t)__builtin_popcountll(want & half) * LULL_SLICE_SIZE,
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&n_avoided, 1, memory_order_relaxed);
+        want &= ~half;
+    }
+    return want;
+}
+
+void lull_thp_note_purge(lull_segment *s, unsigned w, uint64_t purged, uint64_t free_bits) {
+    uint16_t huge = huge_bits(s);
+    for (unsigned h = 0; h < 2 && huge; h++) {
+        unsigned r = w * 2 + h;
+        uint64_t half = HALF << (32 * h);
+        if (!(huge >> r & 1) || !(purged & half)) continue;
+        clear_huge(s, r);
+        atomic_fetch_add_explicit((free_bits & half) == half ? &n_whole : &n_splits, 1,
+                                  memory_order_relaxed);
+    }
+}
+
+bool lull_thp_pages_purgeable(lull_segment *s, unsigned slice) {
+    unsigned r = slice / LULL_THP_REGION_SLICES;
+    if (!(huge_bits(s) >> r & 1) || !atomic_load_explicit(&keep_huge, memory_order_relaxed))
+        return true;
+    atomic_fetch_add_explicit(&held_this_tick, LULL_PAGE_SIZE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&n_avoided, 1, memory_order_relaxed);
+    return false;
+}
+
+void lull_thp_note_page_purge(lull_segment *s, unsigned slice) {
+    unsigned r = slice / LULL_THP_REGION_SLICES;
+    if (!(huge_bits(s) >> r & 1)) return;
+    clear_huge(s, r);
+    atomic_fetch_add_explicit(&n_splits, 1, memory_order_relaxed);
+}
+
+/* Every slice of region r in use, and none of its pages parked or purged
+ * (a collapse would fault those in again). */
+static bool dense(const lull_segment *s, unsigned r) {
+    unsigned w = r / 2, h = r % 2;
+    if ((lull_slices_free_word(s, w) >> (32 * h)) & HALF) return false;
+    for (unsigned i = r * LULL_THP_REGION_SLICES; i < (r + 1) * LULL_THP_REGION_SLICES; i++)
+        if (atomic_load_explicit(&s->page_state[i], memory_order_relaxed)) return false;
+    return true;
+}
+
+bool lull_thp_tick_start(void) {
+    if (!lull_thp_on()) return false;
+    uint64_t held = atomic_exchange_explicit(&held_this_tick, 0, memory_order_relaxed);
+    atomic_store_explicit(&held_last_tick, held, memory_order_relaxed);
+    atomic_store_explicit(&keep_huge, lull_config.thp == LULL_THP_ALWAYS || held <= HELD_BOUND,
+                          memory_order_relaxed);
+    return true;
+}
+
+unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
+    unsigned done = 0;
+    for (unsigned r = 0; r < LULL_THP_REGIONS && done < max && lull_thp_on(); r++) {
+        if (huge_bits(s) >> r & 1 || !dense(s, r)) continue;
+        int err = lull_os_collapse((char *)s + (size_t)r * LULL_THP_REGION_SLICES * LULL_SLICE_SIZE,
+                                   (size_t)LULL_THP_REGION_SLICES * LULL_SLICE_SIZE);
+        done++;
+        if (err == EINVAL || err == ENOSYS) {
+            /* no MADV_COLLAPSE (before 6.1) */
+            atomic_store_explicit(&state, LULL_THP_UNAVAILABLE, memory_order_relaxed);
+            break;
+        }
+        if (err) {
+            atomic_fetch_add_explicit(&n_failures, 1, memory_order_relaxed);
+            continue;
+        }
+        atomic_fetch_or_explicit(&s->thp_huge, (uint16_t)(1u << r), memory_order_relaxed);
+        atomic_fetch_add_explicit(&n_huge_regions, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&n_collapses, 1, memory_order_relaxed);
+    }
+    return done;
+}
+
+void lull_thp_read(lull_thp_counters *out) {
+    out->huge_bytes = atomic_load(&n_huge_regions) * LULL_THP_REGION_SLICES * LULL_SLICE_SIZE;
+    out->collapses = atomic_load(&n_collapses);
+    out->collapse_failures = atomic_load(&n_failures);
+    out->splits = atomic_load(&n_splits);
+    out->whole_purges = atomic_load(&n_whole);
+    out->held_bytes = atomic_load(&held_last_tick);
+    out->split_avoided = atomic_load(&n_avoided);
+}

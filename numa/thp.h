@@ -1,0 +1,77 @@
+/* Transparent huge pages (thp=auto|always|never, docs/architecture.md
+ * "Huge pages"). Segments are 32 MiB aligned, so each holds 16 regions of
+ * 2 MiB, each a possible huge page (32 slices).
+ *
+ * - The reclaim thread collapses a region into a huge page (MADV_COLLAPSE,
+ *   kernel 6.1+) once every slice of it is in use and no page of it is
+ *   parked or purged: off the request path, where a huge page fault would
+ *   zero 2 MiB (and maybe compact memory) inside a malloc. With
+ *   thp=always, segments are also advised MADV_HUGEPAGE (by the reclaim
+ *   thread: request threads never madvise), so that faults and khugepaged
+ *   make huge pages too.
+ * - A region that is huge (its bit in the segment's thp_huge) is not
+ *   purged piecemeal: its free slices and parked pages wait until the
+ *   whole region is free (then it goes back whole, 2 MiB in one purge), or
+ *   until the memory they hold passes the bound (thp=auto: 64 MiB; never
+ *   for thp=always), or for lull_purge_all() and the heap limit, which
+ *   purge everything (and split). A purge inside a huge region clears its
+ *   bit (a split); the next collapse may form it again.
+ *
+ * The thp_huge bits are the reclaim thread's alone (it collapses, and it
+ * claims what it purges, under its step lock). */
+#ifndef LULL_THP_H
+#define LULL_THP_H
+
+#include "base/types.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define LULL_THP_REGION_SLICES 32 /* 2 MiB */
+#define LULL_THP_REGIONS (LULL_SLICES / LULL_THP_REGION_SLICES)
+
+typedef enum {
+    LULL_THP_OFF,         /* thp=never */
+    LULL_THP_ON,          /* auto or always, and the kernel lets lull collapse */
+    LULL_THP_UNAVAILABLE, /* asked for, but the system has THP off or no MADV_COLLAPSE */
+} lull_thp_state;
+
+/* What thp is in force (decided at the first call). */
+lull_thp_state lull_thp_state_now(void);
+static inline bool lull_thp_on(void) {
+    return lull_thp_state_now() == LULL_THP_ON;
+}
+
+/* Claims (under the reclaim thread's step lock): of the slices `want` of
+ * word w about to be purged, those that may be (not in a huge region that
+ * is not wholly free, while huge regions are kept); `free_bits` are the
+ * word's free slices. The rest is counted as held. */
+uint64_t lull_thp_purgeable(lull_segment *s, unsigned w, uint64_t want, uint64_t free_bits);
+/* The slices `purged` of word w were claimed for a purge: huge regions
+ * among them are huge no more (split, unless wholly free). */
+void lull_thp_note_purge(lull_segment *s, unsigned w, uint64_t purged, uint64_t free_bits);
+/* Parked pages of `slice` may be purged (not in a kept huge region). */
+bool lull_thp_pages_purgeable(lull_segment *s, unsigned slice);
+/* A parked page of `slice` was claimed for a purge. */
+void lull_thp_note_page_purge(lull_segment *s, unsigned slice);
+
+/* The reclaim thread's tick, before its collapses: whether huge regions
+ * are kept (what they held last tick within the bound). False when thp is
+ * not on. */
+bool lull_thp_tick_start(void);
+/* Collapse up to `max` dense regions of the segment; the number tried. */
+unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max);
+
+/* Counters (docs: include/lull/counters.h, struct lull_counters_thp). */
+typedef struct {
+    uint64_t huge_bytes; /* regions lull collapsed and not split since */
+    uint64_t collapses;  /* count */
+    uint64_t collapse_failures;
+    uint64_t splits;        /* count: huge regions purged piecemeal */
+    uint64_t whole_purges;  /* count: huge regions purged whole (all free) */
+    uint64_t held_bytes;    /* free slices and parked pages kept in huge regions now */
+    uint64_t split_avoided; /* count: purges of slices or pages put off for a huge region */
+} lull_thp_counters;
+void lull_thp_read(lull_thp_counters *out);
+
+#endif
