@@ -8,17 +8,25 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-/* thp=auto: free slices and parked pages kept whole in huge regions, at
- * most this much; past it, the next tick purges them (and splits). */
-#define HELD_BOUND ((uint64_t)64 << 20)
+/* thp=auto: free slices and parked pages kept in huge regions, at most an
+ * eighth of what is huge or HELD_MIN, whichever is more; past it, the next
+ * tick purges them (and splits). A fixed 64 MiB kept 20 MiB resident after
+ * a 64 MiB heap was freed whole: the empty spans a heap keeps, one per
+ * class, pinned ten regions (tests/test_thp.c). */
+#define HELD_MIN ((uint64_t)8 << 20)
 #define HALF ((uint64_t)0xffffffffu)
 
 static _Atomic int state = -1; /* lull_thp_state, -1 before the first call */
 static _Atomic bool keep_huge = true;
+static _Atomic uint64_t retry_at_ms;
+static _Atomic unsigned failures_in_a_row;
+#define FAILURES_BEFORE_REST 16
 static _Atomic uint64_t held_this_tick, held_last_tick;
-static _Atomic uint64_t n_collapses, n_failures, n_splits, n_whole, n_avoided, n_huge_regions;
+static _Atomic uint64_t n_collapses, n_failures, n_splits, n_whole, n_huge_regions;
+static _Atomic uint64_t held_regions_this_tick, held_regions_last_tick;
 
 /* The system's setting: "always [madvise] never" and the like. */
 static bool system_allows(void) {
@@ -62,7 +70,7 @@ uint64_t lull_thp_purgeable(lull_segment *s, unsigned w, uint64_t want, uint64_t
         atomic_fetch_add_explicit(&held_this_tick,
                                   (uint64_t)__builtin_popcountll(want & half) * LULL_SLICE_SIZE,
                                   memory_order_relaxed);
-        atomic_fetch_add_explicit(&n_avoided, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&held_regions_this_tick, 1, memory_order_relaxed);
         want &= ~half;
     }
     return want;
@@ -85,7 +93,6 @@ bool lull_thp_pages_purgeable(lull_segment *s, unsigned slice) {
     if (!(huge_bits(s) >> r & 1) || !atomic_load_explicit(&keep_huge, memory_order_relaxed))
         return true;
     atomic_fetch_add_explicit(&held_this_tick, LULL_PAGE_SIZE, memory_order_relaxed);
-    atomic_fetch_add_explicit(&n_avoided, 1, memory_order_relaxed);
     return false;
 }
 
@@ -110,12 +117,28 @@ bool lull_thp_tick_start(void) {
     if (!lull_thp_on()) return false;
     uint64_t held = atomic_exchange_explicit(&held_this_tick, 0, memory_order_relaxed);
     atomic_store_explicit(&held_last_tick, held, memory_order_relaxed);
-    atomic_store_explicit(&keep_huge, lull_config.thp == LULL_THP_ALWAYS || held <= HELD_BOUND,
+    atomic_store_explicit(
+        &held_regions_last_tick,
+        atomic_exchange_explicit(&held_regions_this_tick, 0, memory_order_relaxed),
+        memory_order_relaxed);
+    uint64_t huge = atomic_load_explicit(&n_huge_regions, memory_order_relaxed) *
+                    LULL_THP_REGION_SLICES * LULL_SLICE_SIZE;
+    uint64_t bound = huge / 8 > HELD_MIN ? huge / 8 : HELD_MIN;
+    atomic_store_explicit(&keep_huge, lull_config.thp == LULL_THP_ALWAYS || held <= bound,
                           memory_order_relaxed);
     return true;
 }
 
+static uint64_t mono_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
 unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
+    /* resting after failures: retrying at every busy tick would keep this
+     * thread spinning */
+    if (mono_ms() < atomic_load_explicit(&retry_at_ms, memory_order_relaxed)) return 0;
     unsigned done = 0;
     for (unsigned r = 0; r < LULL_THP_REGIONS && done < max && lull_thp_on(); r++) {
         if (huge_bits(s) >> r & 1 || !dense(s, r)) continue;
@@ -128,9 +151,19 @@ unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
             break;
         }
         if (err) {
+            /* EAGAIN while the region's pages are written, say: the next
+             * tick tries again; after many failures in a row (no huge page
+             * to be had), a second's rest */
             atomic_fetch_add_explicit(&n_failures, 1, memory_order_relaxed);
+            if (atomic_fetch_add_explicit(&failures_in_a_row, 1, memory_order_relaxed) + 1 >=
+                FAILURES_BEFORE_REST) {
+                atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
+                atomic_store_explicit(&retry_at_ms, mono_ms() + 1000, memory_order_relaxed);
+                break;
+            }
             continue;
         }
+        atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
         atomic_fetch_or_explicit(&s->thp_huge, (uint16_t)(1u << r), memory_order_relaxed);
         atomic_fetch_add_explicit(&n_huge_regions, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&n_collapses, 1, memory_order_relaxed);
@@ -145,5 +178,5 @@ void lull_thp_read(lull_thp_counters *out) {
     out->splits = atomic_load(&n_splits);
     out->whole_purges = atomic_load(&n_whole);
     out->held_bytes = atomic_load(&held_last_tick);
-    out->split_avoided = atomic_load(&n_avoided);
+    out->held_regions = atomic_load(&held_regions_last_tick);
 }

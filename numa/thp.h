@@ -12,8 +12,9 @@
  * - A region that is huge (its bit in the segment's thp_huge) is not
  *   purged piecemeal: its free slices and parked pages wait until the
  *   whole region is free (then it goes back whole, 2 MiB in one purge), or
- *   until the memory they hold passes the bound (thp=auto: 64 MiB; never
- *   for thp=always), or for lull_purge_all() and the heap limit, which
+ *   until the memory they hold passes the bound (thp=auto: an eighth of
+ *   the huge bytes, at least 8 MiB; none for thp=always), or for
+ *   lull_purge_all() and the heap limit, which
  *   purge everything (and split). A purge inside a huge region clears its
  *   bit (a split); the next collapse may form it again.
  *
@@ -67,10 +68,10 @@ typedef struct {
     uint64_t huge_bytes; /* regions lull collapsed and not split since */
     uint64_t collapses;  /* count */
     uint64_t collapse_failures;
-    uint64_t splits;        /* count: huge regions purged piecemeal */
-    uint64_t whole_purges;  /* count: huge regions purged whole (all free) */
-    uint64_t held_bytes;    /* free slices and parked pages kept in huge regions now */
-    uint64_t split_avoided; /* count: purges of slices or pages put off for a huge region */
+    uint64_t splits;       /* count: huge regions purged piecemeal */
+    uint64_t whole_purges; /* count: huge regions purged whole (all free) */
+    uint64_t held_bytes;   /* free slices and parked pages kept in huge regions now */
+    uint64_t held_regions; /* huge regions whose free slices wait (splits avoided), last tick */
 } lull_thp_counters;
 void lull_thp_read(lull_thp_counters *out);
 

@@ -236,7 +236,7 @@ void lull_stats_collect(struct lull_counters *out) {
         .splits = t.splits,
         .whole_purges = t.whole_purges,
         .held_bytes = t.held_bytes,
-        .split_avoided = t.split_avoided,
+        .held_regions = t.held_regions,
     };
 }
 

@@ -260,7 +260,8 @@ struct lull_counters {
         uint64_t whole_purges;      /* count: huge regions purged whole, all free */
         uint64_t held_bytes;        /* free slices and parked pages kept in huge regions
                                      * (not purged: that would split them), last tick */
-        uint64_t split_avoided;     /* count: purges put off for a huge region */
+        uint64_t held_regions;      /* huge regions whose free slices wait, not split (splits
+                                     * avoided), last tick */
     } thp;
 };
 

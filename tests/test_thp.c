@@ -1,0 +1,236 @@
+/* Transparent huge pages (thp=auto, numa/thp.h), each scenario in a new
+ * process (thp is a start-up key): 64 MiB of small blocks become huge
+ * pages (the reclaim thread collapses the dense regions); holes of whole
+ * spans in every region split none of them (the free slices wait); freeing
+ * everything gives the regions back, most whole; lull_purge_all() splits
+ * what it must; thp=never forms none; a failing MADV_COLLAPSE is counted and
+ * harmless; and the thread that does all this makes no purge call (the
+ * seccomp watch, tests/support/syscall_watch.h). Waits are bounded by events: reclaim ticks
+ * (lull_reclaim_now) until a counter stops moving, with a timeout only as a backstop. On a system
+ * whose THP is "never", lull must say thp is unavailable, and the coverage checks are skipped with
+ * a message. */
+#define _GNU_SOURCE
+#include "lull.h"
+#include "lull/counters.h"
+#include "tests/support/reexec.h"
+#include "tests/support/syscall_watch.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+#define HEAP (64 * MiB)
+#define MAX_BLOCKS (1u << 20)
+
+static void *blocks[MAX_BLOCKS];
+static unsigned nblocks;
+
+static uint64_t now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static long rollup_kb(const char *key) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t k = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, k) == 0) v = atol(line + k);
+    fclose(f);
+    return v;
+}
+
+static struct lull_counters_thp thp(void) {
+    struct lull_counters c;
+    lull_stats(&c);
+    return c.thp;
+}
+
+/* Reclaim ticks until `field` of the thp counters has not moved for 5
+ * ticks in a row (or 20 s, a backstop). */
+static void settle(size_t offset) {
+    uint64_t last = UINT64_MAX, until = now_ms() + 20000;
+    for (int same = 0; same < 5 && now_ms() < until;) {
+        lull_reclaim_now();
+        struct lull_counters_thp t = thp();
+        uint64_t v;
+        memcpy(&v, (const char *)&t + offset, sizeof v);
+        same = v == last ? same + 1 : 0;
+        last = v;
+        usleep(2000);
+    }
+}
+#define SETTLE(field) settle(offsetof(struct lull_counters_thp, field))
+
+static void fill(void) {
+    size_t total = 0;
+    uint64_t x = 88172645463325252ULL;
+    for (nblocks = 0; total < HEAP && nblocks < MAX_BLOCKS; nblocks++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t n = 64 + x % 4033;
+        blocks[nblocks] = lull_malloc(n);
+        memset(blocks[nblocks], 1, n);
+        total += n;
+    }
+}
+
+static void print(const char *what) {
+    struct lull_counters_thp t = thp();
+    printf("%s_anon_kb=%ld\n%s_huge_kb=%ld\n%s_state=%llu\n%s_collapses=%llu\n%s_failures=%llu\n"
+           "%s_splits=%llu\n%s_whole=%llu\n%s_held_regions=%llu\n%s_lull_huge_mb=%llu\n",
+           what, rollup_kb("Anonymous:"), what, rollup_kb("AnonHugePages:"), what,
+           (unsigned long long)t.state, what, (unsigned long long)t.collapses, what,
+           (unsigned long long)t.collapse_failures, what, (unsigned long long)t.splits, what,
+           (unsigned long long)t.whole_purges, what, (unsigned long long)t.held_regions, what,
+           (unsigned long long)(t.huge_bytes >> 20));
+}
+
+/* The scenario, on a thread whose purge calls the watch records: with
+ * thp on too, no request thread may make one (collapses are the reclaim
+ * thread's). */
+static void *run_scenario(void *arg) {
+    const char *sc = arg;
+    if (syscall_watch_install_on_this_thread() != 0) {
+        printf("watch_installed=0\n");
+        return NULL;
+    }
+    fill();
+    SETTLE(collapses);
+    print("filled");
+    /* the first 128 KiB of every 2 MiB: whole spans there empty, their
+     * slices free inside regions that keep live blocks (about 6 % of the
+     * heap, within what thp=auto keeps: an eighth of the huge bytes) */
+    for (unsigned i = 0; i < nblocks; i++)
+        if (((uintptr_t)blocks[i] & (2 * MiB - 1)) < 128 * 1024) {
+            lull_free(blocks[i]);
+            blocks[i] = NULL;
+        }
+    SETTLE(held_bytes);
+    print("sparse");
+    if (strcmp(sc, "churn") == 0) {
+        for (unsigned i = 0; i < nblocks; i++)
+            lull_free(blocks[i]);
+        SETTLE(huge_bytes);
+        print("empty");
+    } else if (strcmp(sc, "purge_all") == 0) {
+        lull_purge_all();
+        print("purged");
+    }
+    syscall_watch_thread_done();
+    printf("watch_installed=1\n");
+    return NULL;
+}
+
+__attribute__((constructor(200))) static void scenario(void) {
+    const char *sc = getenv("LULL_TEST_THP");
+    if (!sc) return;
+    lull_set_purge_delay_ms(0);
+    if (!lull_reclaim_now() || syscall_watch_start() != 0) _exit(3);
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_scenario, (void *)sc) != 0) _exit(2);
+    pthread_join(t, NULL);
+    printf("request_thread_purges=%zu\n", syscall_watch_count());
+    fflush(stdout);
+    _exit(0);
+}
+
+/* ---- the parent ------------------------------------------------------------ */
+
+static bool system_thp_off(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return true;
+    char buf[128] = {0};
+    if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+    fclose(f);
+    return strstr(buf, "[never]") != NULL;
+}
+
+static child_run run(const char *scenario, const char *conf, const char *fault) {
+    char sc[64], cf[64], ft[64];
+    snprintf(sc, sizeof sc, "LULL_TEST_THP=%s", scenario);
+    snprintf(cf, sizeof cf, "LULL_CONF=warm_reserve_mb=0,%s", conf);
+    snprintf(ft, sizeof ft, "LULL_FAULT=%s", fault ? fault : "");
+    const char *vars[] = {sc, cf, fault ? ft : NULL, NULL};
+    child_run cr;
+    reexec_run("test_thp_scenario", vars, scenario, 120000, &cr);
+    reexec_assert_exited_0(&cr, scenario);
+    cr_assert_eq(reexec_field(&cr, "watch_installed"), 1, "no seccomp watch:\n%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "request_thread_purges"), 0,
+                 "a request thread made a purge call:\n%s\n%s", cr.out, cr.err);
+    return cr;
+}
+
+#define F(cr, k) reexec_field(&(cr), k)
+
+/* coverage of what the process has anonymous: most of it is the heap */
+static double coverage(const child_run *cr, const char *when) {
+    char a[64], h[64];
+    snprintf(a, sizeof a, "%s_anon_kb", when);
+    snprintf(h, sizeof h, "%s_huge_kb", when);
+    return (double)reexec_field(cr, h) / (double)reexec_field(cr, a);
+}
+
+/* true when the checks of huge pages apply: lull's state matches the
+ * system's setting either way */
+static bool thp_works(const child_run *cr) {
+    if (system_thp_off()) {
+        cr_assert_eq(reexec_field(cr, "filled_state"), LULL_COUNTERS_THP_UNAVAILABLE,
+                     "THP is off in the system: lull must say thp is unavailable");
+        cr_log_warn("THP is \"never\" on this system: coverage not checked");
+        return false;
+    }
+    cr_assert_eq(reexec_field(cr, "filled_state"), LULL_COUNTERS_THP_ON);
+    return true;
+}
+
+Test(thp, dense_regions_become_huge_and_live_ones_are_never_split, .timeout = 180) {
+    child_run cr = run("churn", "thp=auto", NULL);
+    if (!thp_works(&cr)) return;
+    double filled = coverage(&cr, "filled"), half = coverage(&cr, "sparse");
+    cr_log_info("coverage: %.1f %% filled, %.1f %% with holes", 100 * filled, 100 * half);
+    cr_expect_geq(filled, 0.9, "%.1f %% of the heap in huge pages after the collapses:\n%s",
+                  100 * filled, cr.out);
+    cr_expect_gt(F(cr, "filled_collapses"), 24, "%s", cr.out);
+    /* every region keeps live blocks: no purge may split one */
+    cr_expect_eq(F(cr, "sparse_splits"), 0, "%s", cr.out);
+    cr_expect_gt(F(cr, "sparse_held_regions"), 0, "no purge was put off:\n%s", cr.out);
+    cr_expect_geq(half, 0.9 * filled, "coverage fell from %.1f to %.1f %%:\n%s", 100 * filled,
+                  100 * half, cr.out);
+    /* all free: the regions go back, most of them whole (the heap's kept
+     * empty spans pin a few, split past the bound), and the memory too */
+    cr_expect_gt(F(cr, "empty_whole"), F(cr, "empty_splits"), "%s", cr.out);
+    cr_expect_lt(F(cr, "empty_anon_kb"), F(cr, "filled_anon_kb") / 4,
+                 "the freed heap stayed resident:\n%s", cr.out);
+}
+
+Test(thp, purge_all_splits_what_it_must, .timeout = 180) {
+    child_run cr = run("purge_all", "thp=auto", NULL);
+    if (!thp_works(&cr)) return;
+    /* the holes kept by thp=auto go back, splitting their regions */
+    cr_expect_gt(F(cr, "purged_splits"), 0, "%s", cr.out);
+    cr_expect_lt(F(cr, "purged_anon_kb") + 2048, F(cr, "sparse_anon_kb"),
+                 "lull_purge_all gave back less than 2 MiB:\n%s", cr.out);
+}
+
+Test(thp, never_forms_no_huge_page, .timeout = 180) {
+    child_run cr = run("churn", "thp=never", NULL);
+    cr_expect_eq(F(cr, "filled_state"), LULL_COUNTERS_THP_OFF);
+    cr_expect_eq(F(cr, "filled_collapses"), 0);
+    cr_expect_eq(F(cr, "filled_lull_huge_mb"), 0);
+}
+
+Test(thp, a_failing_collapse_is_counted_and_harmless, .timeout = 180) {
+    child_run cr = run("churn", "thp=auto", "collapse");
+    if (!thp_works(&cr)) return;
+    cr_expect_gt(F(cr, "filled_failures"), 0, "%s", cr.out);
+    cr_expect_eq(F(cr, "filled_collapses"), 0, "%s", cr.out);
+    cr_expect_eq(F(cr, "filled_lull_huge_mb"), 0, "%s", cr.out);
+}
