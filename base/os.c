@@ -136,3 +136,7 @@ int lull_os_collapse(void *addr, size_t len) {
     if (lull_fault(LULL_FAULT_COLLAPSE)) return EAGAIN;
     return madvise(addr, len, MADV_COLLAPSE) == 0 ? 0 : errno;
 }
+
+void lull_os_advise_huge(void *addr, size_t len) {
+    (void)madvise(addr, len, MADV_HUGEPAGE); /* a hint: nothing to do if refused */
+}

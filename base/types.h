@@ -177,6 +177,7 @@ typedef struct lull_segment {
     /* numa/thp.h: bit r, the 2 MiB region r was collapsed into a huge page
      * and is not split since (the reclaim thread's only) */
     _Atomic uint16_t thp_huge;
+    uint8_t thp_advised; /* thp=always: MADV_HUGEPAGE given (the reclaim thread's) */
     /* a parking span's free bitmap and page live counts (src/span_park.c),
      * the rows of its slices together; the owner's */
     _Alignas(8) uint8_t park_meta[LULL_SLICES][LULL_PARK_META_BYTES];

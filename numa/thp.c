@@ -136,6 +136,14 @@ static uint64_t mono_ms(void) {
 }
 
 unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
+    /* thp=always: faults and khugepaged make huge pages too (a request
+     * thread's first touch of a region may then fault 2 MiB: the user's
+     * choice). Advised here, by the reclaim thread: request threads never
+     * madvise. */
+    if (lull_config.thp == LULL_THP_ALWAYS && !s->thp_advised) {
+        lull_os_advise_huge(s, LULL_SEGMENT_SIZE);
+        s->thp_advised = 1;
+    }
     /* resting after failures: retrying at every busy tick would keep this
      * thread spinning */
     if (mono_ms() < atomic_load_explicit(&retry_at_ms, memory_order_relaxed)) return 0;

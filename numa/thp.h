@@ -8,7 +8,7 @@
  *   zero 2 MiB (and maybe compact memory) inside a malloc. With
  *   thp=always, segments are also advised MADV_HUGEPAGE (by the reclaim
  *   thread: request threads never madvise), so that faults and khugepaged
- *   make huge pages too.
+ *   make huge pages too, and the bound below is off.
  * - A region that is huge (its bit in the segment's thp_huge) is not
  *   purged piecemeal: its free slices and parked pages wait until the
  *   whole region is free (then it goes back whole, 2 MiB in one purge), or
