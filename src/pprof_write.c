@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "src/pprof_write.h"
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -376,10 +377,38 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
+/* zlib, loaded at the first dump: linked into liblull.so, libz.so.1 was
+ * mapped into every process lull is preloaded in, and a preloaded
+ * /bin/true took 7 page faults more (fork+exec is a goal of its own). A
+ * dump runs outside malloc, where dlopen may allocate. */
+static struct {
+    int (*init2)(z_streamp, int, int, int, int, int, const char *, int);
+    int (*deflate)(z_streamp, int);
+    int (*end)(z_streamp);
+} zlib;
+
+static bool zlib_loaded(void) {
+    if (__atomic_load_n(&zlib.end, __ATOMIC_ACQUIRE)) return true;
+    void *h = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return false;
+    zlib.init2 =
+        (int (*)(z_streamp, int, int, int, int, int, const char *, int))dlsym(h, "deflateInit2_");
+    zlib.deflate = (int (*)(z_streamp, int))dlsym(h, "deflate");
+    int (*end)(z_streamp) = (int (*)(z_streamp))dlsym(h, "deflateEnd");
+    if (!zlib.init2 || !zlib.deflate || !end) return false;
+    __atomic_store_n(&zlib.end, end, __ATOMIC_RELEASE);
+    return true;
+}
+
 static int gzip_to_fd(int fd, const uint8_t *data, size_t len) {
+    if (!zlib_loaded()) {
+        errno = ENOSYS; /* no libz.so.1 on this system */
+        return -1;
+    }
     z_stream z = {0};
     /* windowBits 15 + 16: a gzip header and trailer, which pprof expects */
-    int rc = deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    int rc = zlib.init2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY,
+                        ZLIB_VERSION, (int)sizeof(z_stream));
     if (rc != Z_OK) {
         errno = rc == Z_MEM_ERROR ? ENOMEM : EINVAL; /* else a libz older than zlib.h */
         return -1;
@@ -395,7 +424,7 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len) {
         }
         z.next_out = out;
         z.avail_out = sizeof out;
-        rc = deflate(&z, len ? Z_NO_FLUSH : Z_FINISH);
+        rc = zlib.deflate(&z, len ? Z_NO_FLUSH : Z_FINISH);
         if (rc == Z_STREAM_ERROR) {
             errno = EINVAL;
             ret = -1;
@@ -404,7 +433,7 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len) {
         }
     }
     int err = errno;
-    deflateEnd(&z);
+    zlib.end(&z);
     errno = err;
     return ret;
 }

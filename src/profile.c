@@ -20,6 +20,7 @@
  * allocation made there cannot wait for the lock it holds. */
 #define _GNU_SOURCE
 #include "src/profile.h"
+#include "src/profile_math.h"
 #include "base/config.h"
 #include "base/module.h"
 #include "src/entry_text.h"
@@ -28,7 +29,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -181,7 +181,7 @@ void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes) {
     if (tl_in_profile) return;
     tl_in_profile = true;
     stack_walk w = {.depth = 0, .boundary = lull_profile_boundary};
-    double prob = -expm1(-(double)sampled_bytes / (double)lull_profile_interval);
+    double prob = lull_one_minus_exp_neg((double)sampled_bytes / (double)lull_profile_interval);
     double objects = prob > 0 ? 1.0 / prob : 1.0;
     pthread_mutex_lock(&lock);
     if (!tables_ready() || nsamples >= SAMPLE_SLOTS / 2) {

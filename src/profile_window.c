@@ -8,12 +8,12 @@
  * one is the one that crosses the point. Only the heap's owner touches its
  * windows. */
 #include "src/profile.h"
+#include "src/profile_math.h"
 #include "src/alloc.h"
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
-#include <math.h>
 #include <sys/mman.h>
 
 #define MIN_WINDOW 32
@@ -29,7 +29,7 @@ static uint64_t next_random(lull_heap_profile *p) {
  * exponential draw, at least 1. */
 static int64_t bytes_to_next_sample(lull_heap_profile *p) {
     double u = ((double)(next_random(p) >> 11) + 1.0) / 9007199254740992.0; /* (0, 1] */
-    double x = -log(u) * (double)lull_profile_interval;
+    double x = -lull_ln(u) * (double)lull_profile_interval;
     return x < 1.0 ? 1 : x > 4e18 ? (int64_t)4e18 : (int64_t)x;
 }
 

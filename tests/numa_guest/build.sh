@@ -46,8 +46,7 @@ else
     libs=(-Wl,--whole-archive "$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")"
         -Wl,--no-whole-archive)
     [ -e "$uring" ] && libs+=("$uring")
-    # -lz -lm: the whole archive has the heap profile (src/pprof_write.c, src/profile*.c)
-    libs+=(-ldl -lz -lm)
+    libs+=(-ldl)
 fi
 # shellcheck disable=SC2086
 read -r -a extra_cflags <<<"${EXTRA_CFLAGS:-}"
