@@ -54,6 +54,9 @@ struct guest_check {
 
 /* The detail shown on the CHECK line (the last call wins). */
 void guest_detail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The detail as it stands ("" if none): what a sub-check said last, for
+ * a check that reads a figure back from it. */
+const char *guest_detail_text(void);
 /* An INFO line now. */
 void guest_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* guest_detail() and return GUEST_FAIL when cond is false. */

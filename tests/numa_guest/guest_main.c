@@ -48,6 +48,10 @@ void guest_detail(const char *fmt, ...) {
         if (*s == '\n' || *s == '\r') *s = ' ';
 }
 
+const char *guest_detail_text(void) {
+    return detail_page ? detail_page : "";
+}
+
 void guest_info(const char *fmt, ...) {
     char buf[1024];
     va_list ap;
