@@ -100,10 +100,16 @@ static int refault_sub(const char *mode, uint64_t want, const char *why) {
                       "after %d ticks",
                       mode, lull_counters_refault_name(m), (unsigned long long)got,
                       (unsigned long long)touched, ticks);
+    /* what else says the monitor is not the best one: reported, not
+     * required (backend_fallbacks and the degraded flag are the purge
+     * backend's) */
     guest_sub_detail("refault_monitor=%s -> %s (%s); %llu pages purged, %llu written again: "
-                     "refault_pages +%llu after %d tick(s)",
+                     "refault_pages +%llu after %d tick(s); backend_fallbacks %llu, degraded "
+                     "flag %s",
                      mode, lull_counters_refault_name(m), why, (unsigned long long)purged,
-                     (unsigned long long)touched, (unsigned long long)got, ticks + 1);
+                     (unsigned long long)touched, (unsigned long long)got, ticks + 1,
+                     (unsigned long long)c2.backend_fallbacks,
+                     c2.flags & LULL_COUNTERS_F_DEGRADED ? "set" : "clear");
     return GUEST_PASS;
 }
 
