@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Build the NUMA guest's /init (a static program) and its initramfs.
+# Build the guest's /init (a static program) and its initramfs.
 #
 #   tests/numa_guest/build.sh OUT_DIR [--lib LIBLULL_A]
 #
 # Writes OUT_DIR/init and OUT_DIR/initramfs.cpio (newc, uncompressed: the
-# kernel unpacks it as is). The program is guest_main.c plus every
-# check_*.c of this folder. Without --lib it is linked with lull's NUMA
+# kernel unpacks it as is). The program is every guest_*.c (the harness)
+# and every check_*.c (the checks) of this folder. Without --lib it is linked with lull's NUMA
 # sources (numa/topology.c, home_node.c, bind.c, base/fault.c,
 # base/message.c) and compiled with -DLULL_GUEST_NO_LIB=1, so a check file
 # that needs the whole allocator can compile itself out (#ifndef
@@ -31,8 +31,8 @@ CC=${CC:-gcc}
 mkdir -p "$out"
 cflags=(-std=gnu17 -O2 -g -Wall -Wextra -Werror -pthread
     -I"$src" -I"$src/include" -I"$here")
-sources=("$here/guest_main.c" "$here/guest_stubs.c")
-for f in "$here"/check_*.c; do sources+=("$f"); done
+sources=()
+for f in "$here"/guest_*.c "$here"/check_*.c; do sources+=("$f"); done
 libs=()
 if [ -z "$lib" ]; then
     cflags+=(-DLULL_GUEST_NO_LIB=1)

@@ -13,14 +13,11 @@
  *   lull_stats_nodes    lull_stats(): two nodes, the accounting identity per
  *                       node, each node's live bytes
  *
- * Every check runs in a fresh process: this program re-executed
- * (/proc/self/exe) as "/init lull-sub NAME FD" with LULL_CONF set for the
- * check. The constructor near the end of this file (priority 1000, after
- * lull's own at 101) runs the sub-check there and exits before main; its
- * INFO and detail lines come back through the pipe FD, its result is the
- * exit status. A fresh process is needed twice over: lull reads LULL_CONF
- * and the NUMA topology once, in its constructor, and the /init process
- * itself started lull before it had mounted /sys, so it runs as one node. */
+ * Every check runs as a sub-check (guest.h, guest_sub.c), in a fresh
+ * process of this program with LULL_CONF set for the check. A fresh process
+ * is needed twice over: lull reads LULL_CONF and the NUMA topology once, in
+ * its constructor, and the /init process itself started lull before it had
+ * mounted /sys, so it runs as one node. */
 #ifndef LULL_GUEST_NO_LIB
 #define _GNU_SOURCE
 #include "guest.h"
@@ -30,18 +27,13 @@
 #include "numa/topology.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define KIB ((size_t)1024)
@@ -61,38 +53,10 @@ static int kind_of(size_t size) {
     return size <= SMALL_MAX ? K_SMALL : size <= LARGE_MAX ? K_LARGE : K_HUGE;
 }
 
-/* ---- reporting from the sub-process ---- */
-
-static int out_fd = -1; /* the pipe to the check's process */
-
-static void say(char tag, const char *fmt, va_list ap) {
-    char buf[1024];
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    for (char *c = buf; *c; c++)
-        if (*c == '\n' || *c == '\r') *c = ' ';
-    if (out_fd >= 0) dprintf(out_fd, "%c %s\n", tag, buf);
-}
-
-/* An INFO line of the check. */
-__attribute__((format(printf, 1, 2))) static void say_info(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    say('I', fmt, ap);
-    va_end(ap);
-}
-
-/* The check's detail (the last one wins). */
-__attribute__((format(printf, 1, 2))) static void say_detail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    say('D', fmt, ap);
-    va_end(ap);
-}
-
 #define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            say_detail(__VA_ARGS__);                                                               \
+            guest_sub_detail(__VA_ARGS__);                                                         \
             return GUEST_FAIL;                                                                     \
         }                                                                                          \
     } while (0)
@@ -217,7 +181,7 @@ static double pct(uint64_t part, long whole) {
 
 /* Pages of each kind and of all; "small 100.00% of 1234, ..." on node into
  * text. Returns the lowest share on node over the kinds that have pages
- * (and all), or -1 after say_detail() when move_pages failed or a page is
+ * (and all), or -1 after guest_sub_detail() when move_pages failed or a page is
  * absent. */
 static double set_share(const struct blockset *s, int node, char *text, size_t len,
                         struct pagecount *all) {
@@ -228,12 +192,13 @@ static double set_share(const struct blockset *s, int node, char *text, size_t l
         unsigned kinds = k == K_COUNT ? (1u << K_COUNT) - 1 : 1u << k;
         int rc = set_pages(s, kinds, &pc);
         if (rc < 0) {
-            say_detail("move_pages: %s", strerror(-rc));
+            guest_sub_detail("move_pages: %s", strerror(-rc));
             return -1;
         }
         if (pc.absent) {
-            say_detail("%llu of %ld touched %s pages not present", (unsigned long long)pc.absent,
-                       pc.pages, k == K_COUNT ? "" : kind_name[k]);
+            guest_sub_detail("%llu of %ld touched %s pages not present",
+                             (unsigned long long)pc.absent, pc.pages,
+                             k == K_COUNT ? "" : kind_name[k]);
             return -1;
         }
         if (pc.pages == 0) continue;
@@ -259,20 +224,20 @@ static int node_cpu(int node) {
 /* malloc is lull's, and lull started its NUMA layer (in its constructor)
  * with two nodes that have a CPU each. */
 static bool two_nodes(void) {
-    void *probe = malloc(64);
+    void *probe = calloc(1, 64); /* calloc: gcc warns of an uninitialised const argument */
     bool ours = lull_owns(probe);
     free(probe);
     if (!ours) {
-        say_detail("malloc is not lull's (liblull.a built without LULL_OVERRIDE?)");
+        guest_sub_detail("malloc is not lull's (liblull.a built without LULL_OVERRIDE?)");
         return false;
     }
     if (numa_node_count() < 2) {
-        say_detail("lull sees %d node(s) (topology from %s: %s)", numa_node_count(),
-                   numa_topology_source(), numa_topology_fallback_reason());
+        guest_sub_detail("lull sees %d node(s) (topology from %s: %s)", numa_node_count(),
+                         numa_topology_source(), numa_topology_fallback_reason());
         return false;
     }
     if (node_cpu(0) < 0 || node_cpu(1) < 0) {
-        say_detail("no CPU on node 0 or 1");
+        guest_sub_detail("no CPU on node 0 or 1");
         return false;
     }
     return true;
@@ -292,7 +257,7 @@ static int local_fn(void *arg) {
     if (!s) return GUEST_FAIL;
     int r = GUEST_FAIL;
     if (!set_alloc_mix(s, 0x5a)) {
-        say_detail("malloc failed on node %d", a->node);
+        guest_sub_detail("malloc failed on node %d", a->node);
     } else {
         a->low = set_share(s, a->node, a->text, sizeof a->text, NULL);
         if (a->low >= 0) r = GUEST_PASS;
@@ -307,13 +272,13 @@ static int sub_local(void) {
     for (int node = 0; node < 2; node++) {
         struct local_arg a = {.node = node};
         if (guest_on_cpu(node_cpu(node), local_fn, &a) != GUEST_PASS) return GUEST_FAIL;
-        say_info("thread on node %d, pages on node %d: %s", node, node, a.text);
+        guest_sub_info("thread on node %d, pages on node %d: %s", node, node, a.text);
         REQUIRE(a.low >= 99.0, "node %d thread: only %.2f%% on its node (%s)", node, a.low, a.text);
         if (a.low < low) low = a.low;
     }
-    say_detail("small, large and huge blocks of a thread on each node: >= %.2f%% of their "
-               "pages on that node",
-               low);
+    guest_sub_detail("small, large and huge blocks of a thread on each node: >= %.2f%% of their "
+                     "pages on that node",
+                     low);
     return GUEST_PASS;
 }
 
@@ -335,7 +300,7 @@ static void remote_fail(struct remote *r) {
 static int remote_a(void *arg) { /* node 0 */
     struct remote *r = arg;
     if (!set_alloc_mix(r->a1, 0xa1)) {
-        say_detail("node 0: malloc failed");
+        guest_sub_detail("node 0: malloc failed");
         remote_fail(r);
     } else {
         r->a1_share = set_share(r->a1, 0, r->a1_text, sizeof r->a1_text, NULL);
@@ -345,7 +310,7 @@ static int remote_a(void *arg) { /* node 0 */
     pthread_barrier_wait(&r->step); /* 2: b freed a1 and allocated b1 */
     if (!__atomic_load_n(&r->fail, __ATOMIC_RELAXED)) {
         if (!set_alloc_mix(r->a2, 0xa2)) {
-            say_detail("node 0: malloc failed after the remote frees");
+            guest_sub_detail("node 0: malloc failed after the remote frees");
             remote_fail(r);
         } else {
             r->a2_share = set_share(r->a2, 0, r->a2_text, sizeof r->a2_text, NULL);
@@ -364,7 +329,7 @@ static int remote_b(void *arg) { /* node 1 */
         for (int i = 0; i < r->a1->n; i++)
             free(r->a1->p[i]);
         if (!set_alloc_mix(r->b1, 0xb1)) {
-            say_detail("node 1: malloc failed");
+            guest_sub_detail("node 1: malloc failed");
             remote_fail(r);
         } else {
             r->b1_share = set_share(r->b1, 1, r->b1_text, sizeof r->b1_text, NULL);
@@ -388,7 +353,7 @@ struct runner {
 static void *runner_main(void *p) {
     struct runner *ru = p;
     if (!guest_pin_cpu(ru->cpu)) {
-        say_detail("cannot pin a thread to cpu %d", ru->cpu);
+        guest_sub_detail("cannot pin a thread to cpu %d", ru->cpu);
         remote_fail(ru->r);
     }
     ru->fn(ru->r);
@@ -420,9 +385,9 @@ static int sub_remote_free(void) {
     pthread_join(rb.t, NULL);
     if (r->fail) return GUEST_FAIL;
 
-    say_info("node-0 thread, first blocks: %s", r->a1_text);
-    say_info("node-1 thread freed them all and allocated its own: %s", r->b1_text);
-    say_info("node-0 thread allocated again: %s", r->a2_text);
+    guest_sub_info("node-0 thread, first blocks: %s", r->a1_text);
+    guest_sub_info("node-1 thread freed them all and allocated its own: %s", r->b1_text);
+    guest_sub_info("node-0 thread allocated again: %s", r->a2_text);
     REQUIRE(r->a1_share >= 99.0, "node 0's first blocks: %.2f%% on node 0 (%s)", r->a1_share,
             r->a1_text);
     REQUIRE(r->b1_share >= 99.0, "node 1's blocks: %.2f%% on node 1 (%s)", r->b1_share, r->b1_text);
@@ -451,19 +416,21 @@ static int sub_remote_free(void) {
         a2_small_large++;
         if (in_segments_of(r->a1, (uintptr_t)r->a2->p[i])) a2_in_a1++;
     }
-    say_info("freed pages of node 0's first blocks: %ld resident, %.2f%% on node 0; node 1's "
-             "blocks in node 0's segments: %d; node 0's new blocks in its old segments: %d of "
-             "%d",
-             present, stayed, b_in_a, a2_in_a1, a2_small_large);
+    guest_sub_info(
+        "freed pages of node 0's first blocks: %ld resident, %.2f%% on node 0; node 1's "
+        "blocks in node 0's segments: %d; node 0's new blocks in its old segments: %d of "
+        "%d",
+        present, stayed, b_in_a, a2_in_a1, a2_small_large);
     REQUIRE(b_in_a == 0, "%d of node 1's blocks are in node 0's segments", b_in_a);
     REQUIRE(a2_in_a1 * 10 >= a2_small_large * 9,
             "node 0 reused its own segments for only %d of %d blocks", a2_in_a1, a2_small_large);
     set_free(r->a2);
     set_free(r->b1);
-    say_detail("remote frees moved nothing: node 0 %.2f%% / %.2f%% local before / after, node "
-               "1 %.2f%% local, no node-0 segment used by node 1, %d/%d of node 0's new blocks "
-               "in its old segments",
-               r->a1_share, r->a2_share, r->b1_share, a2_in_a1, a2_small_large);
+    guest_sub_detail(
+        "remote frees moved nothing: node 0 %.2f%% / %.2f%% local before / after, node "
+        "1 %.2f%% local, no node-0 segment used by node 1, %d/%d of node 0's new blocks "
+        "in its old segments",
+        r->a1_share, r->a2_share, r->b1_share, a2_in_a1, a2_small_large);
     return GUEST_PASS;
 }
 
@@ -482,7 +449,7 @@ static int spread_fn(void *arg) {
     int r = GUEST_FAIL;
     struct pagecount all;
     if (!set_alloc_mix(s, 0x77)) {
-        say_detail("malloc failed");
+        guest_sub_detail("malloc failed");
     } else if (set_share(s, 0, a->text, sizeof a->text, &all) >= 0) {
         a->share[0] = pct(all.on[0], all.pages);
         a->share[1] = pct(all.on[1], all.pages);
@@ -516,11 +483,11 @@ static int sub_interleave(void) { /* LULL_CONF=numa=interleave */
     REQUIRE(config_has("numa=interleave", config, sizeof config), "config in force: %s", config);
     struct spread_arg a = {{0}, ""};
     if (guest_on_cpu(node_cpu(0), spread_fn, &a) != GUEST_PASS) return GUEST_FAIL;
-    say_info("numa=interleave, thread on node 0, pages on node 0/1: %s", a.text);
+    guest_sub_info("numa=interleave, thread on node 0, pages on node 0/1: %s", a.text);
     REQUIRE(a.share[0] >= 30 && a.share[0] <= 70 && a.share[1] >= 30 && a.share[1] <= 70,
             "interleave: %.1f%% on node 0, %.1f%% on node 1 (%s)", a.share[0], a.share[1], a.text);
-    say_detail("numa=interleave: a node-0 thread's pages %.1f%% on node 0, %.1f%% on node 1",
-               a.share[0], a.share[1]);
+    guest_sub_detail("numa=interleave: a node-0 thread's pages %.1f%% on node 0, %.1f%% on node 1",
+                     a.share[0], a.share[1]);
     return GUEST_PASS;
 }
 
@@ -529,9 +496,10 @@ static int sub_bind(void) { /* LULL_CONF=numa=bind,numa_nodes=1 */
     REQUIRE(config_has("numa=bind", config, sizeof config), "config in force: %s", config);
     struct spread_arg a = {{0}, ""};
     if (guest_on_cpu(node_cpu(0), spread_fn, &a) != GUEST_PASS) return GUEST_FAIL;
-    say_info("numa=bind,numa_nodes=1, thread on node 0, pages on node 0/1: %s", a.text);
+    guest_sub_info("numa=bind,numa_nodes=1, thread on node 0, pages on node 0/1: %s", a.text);
     REQUIRE(a.share[1] >= 99.0, "bind to node 1: only %.2f%% on node 1 (%s)", a.share[1], a.text);
-    say_detail("numa=bind,numa_nodes=1: a node-0 thread's pages %.2f%% on node 1", a.share[1]);
+    guest_sub_detail("numa=bind,numa_nodes=1: a node-0 thread's pages %.2f%% on node 1",
+                     a.share[1]);
     return GUEST_PASS;
 }
 
@@ -552,29 +520,29 @@ static int set_node_fn(void *arg) {
     int r = GUEST_FAIL;
     if (a->warm) {
         if (!set_alloc_mix(s, 0x31)) {
-            say_detail("malloc failed before lull_thread_set_node");
+            guest_sub_detail("malloc failed before lull_thread_set_node");
             goto out;
         }
         set_free(s);
     }
     a->set_rc = lull_thread_set_node(1);
     if (a->set_rc != 0) {
-        say_detail("lull_thread_set_node(1): %d", a->set_rc);
+        guest_sub_detail("lull_thread_set_node(1): %d", a->set_rc);
         goto out;
     }
     if (!set_alloc_mix(s, 0x32)) {
-        say_detail("malloc failed after lull_thread_set_node(1)");
+        guest_sub_detail("malloc failed after lull_thread_set_node(1)");
         goto out;
     }
     a->low = set_share(s, 1, a->text, sizeof a->text, NULL);
     set_free(s);
     if (a->low < 0) goto out; /* set_share said why */
     if (lull_thread_set_node(-1) != 0) {
-        say_detail("lull_thread_set_node(-1) failed");
+        guest_sub_detail("lull_thread_set_node(-1) failed");
         goto out;
     }
     if (!set_alloc_mix(s, 0x33)) {
-        say_detail("malloc failed after lull_thread_set_node(-1)");
+        guest_sub_detail("malloc failed after lull_thread_set_node(-1)");
         goto out;
     }
     a->back_low = set_share(s, 0, a->back_text, sizeof a->back_text, NULL);
@@ -588,13 +556,14 @@ out:
 static int sub_set_node(void) {
     struct set_node_arg fresh = {.warm = false}, warm = {.warm = true};
     if (guest_on_cpu(node_cpu(0), set_node_fn, &fresh) != GUEST_PASS) return GUEST_FAIL;
-    say_info("new thread on node 0, lull_thread_set_node(1): on node 1 %s", fresh.text);
-    say_info("then lull_thread_set_node(-1): on node 0 %s", fresh.back_text);
+    guest_sub_info("new thread on node 0, lull_thread_set_node(1): on node 1 %s", fresh.text);
+    guest_sub_info("then lull_thread_set_node(-1): on node 0 %s", fresh.back_text);
     if (guest_on_cpu(node_cpu(0), set_node_fn, &warm) != GUEST_PASS) return GUEST_FAIL;
-    say_info("thread on node 0 that allocated and freed first, lull_thread_set_node(1): on node "
-             "1 %s",
-             warm.text);
-    say_info("then lull_thread_set_node(-1): on node 0 %s", warm.back_text);
+    guest_sub_info(
+        "thread on node 0 that allocated and freed first, lull_thread_set_node(1): on node "
+        "1 %s",
+        warm.text);
+    guest_sub_info("then lull_thread_set_node(-1): on node 0 %s", warm.back_text);
     REQUIRE(fresh.low >= 99.0, "new thread pinned to node 1: %.2f%% on node 1 (%s)", fresh.low,
             fresh.text);
     REQUIRE(warm.low >= 99.0,
@@ -603,10 +572,10 @@ static int sub_set_node(void) {
     REQUIRE(fresh.back_low >= 99.0 && warm.back_low >= 99.0,
             "back to its CPU's node: %.2f%% / %.2f%% on node 0 (%s / %s)", fresh.back_low,
             warm.back_low, fresh.back_text, warm.back_text);
-    say_detail("lull_thread_set_node(1) on node 0: >= %.2f%% on node 1 (new thread), >= %.2f%% "
-               "(thread with cached memory); set_node(-1): >= %.2f%% back on node 0",
-               fresh.low, warm.low,
-               fresh.back_low < warm.back_low ? fresh.back_low : warm.back_low);
+    guest_sub_detail(
+        "lull_thread_set_node(1) on node 0: >= %.2f%% on node 1 (new thread), >= %.2f%% "
+        "(thread with cached memory); set_node(-1): >= %.2f%% back on node 0",
+        fresh.low, warm.low, fresh.back_low < warm.back_low ? fresh.back_low : warm.back_low);
     return GUEST_PASS;
 }
 
@@ -663,12 +632,13 @@ static int sub_stats_nodes(void) {
     }
     for (uint64_t n = 0; n < c->node_count && n < LULL_COUNTERS_MAX_NODES; n++) {
         const struct lull_counters_accounting *a = &c->nodes[n].acct;
-        say_info("node %llu: mapped %llu KiB live %llu KiB rounding %llu span_free %llu dirty "
-                 "%llu purged %llu metadata %llu KiB",
-                 (unsigned long long)c->nodes[n].node_id, (unsigned long long)(a->mapped / KIB),
-                 (unsigned long long)(a->live / KIB), (unsigned long long)(a->rounding / KIB),
-                 (unsigned long long)(a->span_free / KIB), (unsigned long long)(a->dirty / KIB),
-                 (unsigned long long)(a->purged / KIB), (unsigned long long)(a->metadata / KIB));
+        guest_sub_info(
+            "node %llu: mapped %llu KiB live %llu KiB rounding %llu span_free %llu dirty "
+            "%llu purged %llu metadata %llu KiB",
+            (unsigned long long)c->nodes[n].node_id, (unsigned long long)(a->mapped / KIB),
+            (unsigned long long)(a->live / KIB), (unsigned long long)(a->rounding / KIB),
+            (unsigned long long)(a->span_free / KIB), (unsigned long long)(a->dirty / KIB),
+            (unsigned long long)(a->purged / KIB), (unsigned long long)(a->metadata / KIB));
     }
     REQUIRE(c->node_count == 2, "node_count %llu", (unsigned long long)c->node_count);
     REQUIRE(ok, "accounting identity broken in %d snapshots: %s", tries, why);
@@ -682,140 +652,59 @@ static int sub_stats_nodes(void) {
                 (unsigned long long)a->live, k[n].s->bytes, 1 - n,
                 (unsigned long long)c->nodes[1 - n].acct.live);
     }
-    say_detail("node_count 2, identity holds per node (after %d snapshot(s)); node 0 live %llu "
-               "KiB of %llu mapped, node 1 live %llu KiB of %llu mapped",
-               tries, (unsigned long long)(c->nodes[0].acct.live / KIB),
-               (unsigned long long)(c->nodes[0].acct.mapped / KIB),
-               (unsigned long long)(c->nodes[1].acct.live / KIB),
-               (unsigned long long)(c->nodes[1].acct.mapped / KIB));
+    guest_sub_detail(
+        "node_count 2, identity holds per node (after %d snapshot(s)); node 0 live %llu "
+        "KiB of %llu mapped, node 1 live %llu KiB of %llu mapped",
+        tries, (unsigned long long)(c->nodes[0].acct.live / KIB),
+        (unsigned long long)(c->nodes[0].acct.mapped / KIB),
+        (unsigned long long)(c->nodes[1].acct.live / KIB),
+        (unsigned long long)(c->nodes[1].acct.mapped / KIB));
     set_free(k[0].s);
     set_free(k[1].s);
     return GUEST_PASS;
 }
 
-/* ---- the sub-process and the checks ---- */
+/* ---- the sub-checks and the checks ---- */
 
-struct sub {
-    const char *name;
-    const char *conf; /* LULL_CONF ("" none) */
-    int (*run)(void);
-};
+/* Each sub-check first makes sure lull runs on two nodes. */
+#define NUMA_SUB(name, fn)                                                                         \
+    static int fn##_two_nodes(void) {                                                              \
+        return two_nodes() ? fn() : GUEST_FAIL;                                                    \
+    }                                                                                              \
+    GUEST_SUB(name, fn##_two_nodes)
 
-static const struct sub subs[] = {
-    {"local", "", sub_local},
-    {"remote_free", "", sub_remote_free},
-    {"interleave", "numa=interleave", sub_interleave},
-    {"bind", "numa=bind,numa_nodes=1", sub_bind},
-    {"set_node", "", sub_set_node},
-    {"stats_nodes", "", sub_stats_nodes},
-};
+NUMA_SUB("local", sub_local);
+NUMA_SUB("remote_free", sub_remote_free);
+NUMA_SUB("interleave", sub_interleave);
+NUMA_SUB("bind", sub_bind);
+NUMA_SUB("set_node", sub_set_node);
+NUMA_SUB("stats_nodes", sub_stats_nodes);
 
-static const struct sub *sub_named(const char *name) {
-    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-        if (strcmp(subs[i].name, name) == 0) return &subs[i];
-    return NULL;
-}
-
-/* In the re-executed program, before main: run the sub-check, exit. */
-__attribute__((constructor(1000))) static void sub_entry(int argc, char **argv, char **envp) {
-    (void)envp;
-    if (argc != 4 || strcmp(argv[1], "lull-sub") != 0) return;
-    out_fd = atoi(argv[3]);
-    const struct sub *sub = sub_named(argv[2]);
-    if (!sub) {
-        say_detail("no sub-check %s", argv[2]);
-        _exit(GUEST_FAIL);
-    }
-    int r = two_nodes() ? sub->run() : GUEST_FAIL;
-    _exit(r == GUEST_PASS || r == GUEST_SKIP ? r : GUEST_FAIL);
-}
-
-/* In the check's process: run sub-check `name` in a fresh process of this
- * program, relay its INFO lines and detail, return its result. */
-static int run_sub(const char *name) {
-    const struct sub *sub = sub_named(name);
-    if (!sub) {
-        guest_detail("no sub-check %s", name);
-        return GUEST_FAIL;
-    }
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        guest_detail("pipe: %s", strerror(errno));
-        return GUEST_FAIL;
-    }
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) {
-        guest_detail("fork: %s", strerror(errno));
-        return GUEST_FAIL;
-    }
-    if (pid == 0) {
-        /* Dies with the check's process (its time limit kills it). */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        char fd[16], env[256];
-        snprintf(fd, sizeof fd, "%d", dup(fds[1])); /* the dup has no O_CLOEXEC */
-        snprintf(env, sizeof env, "LULL_CONF=%s", sub->conf);
-        char *argv[] = {"/init", "lull-sub", (char *)name, fd, NULL};
-        char *envp[] = {env, NULL};
-        execve("/proc/self/exe", argv, sub->conf[0] ? envp : envp + 1);
-        execve("/init", argv, sub->conf[0] ? envp : envp + 1);
-        _exit(126);
-    }
-    close(fds[1]);
-    char buf[8192], detail[1024] = "";
-    size_t have = 0;
-    for (;;) {
-        ssize_t n = read(fds[0], buf + have, sizeof buf - 1 - have);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        have += (size_t)n;
-        buf[have] = '\0';
-        char *line = buf, *nl;
-        while ((nl = strchr(line, '\n')) != NULL) {
-            *nl = '\0';
-            if (line[0] == 'I' && line[1] == ' ') guest_info("%s", line + 2);
-            if (line[0] == 'D' && line[1] == ' ') snprintf(detail, sizeof detail, "%s", line + 2);
-            line = nl + 1;
-        }
-        have = strlen(line);
-        memmove(buf, line, have);
-        if (have == sizeof buf - 1) have = 0; /* a line too long: drop it */
-    }
-    close(fds[0]);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFEXITED(st) && (WEXITSTATUS(st) == GUEST_PASS || WEXITSTATUS(st) == GUEST_SKIP)) {
-        guest_detail("%s", detail);
-        return WEXITSTATUS(st);
-    }
-    if (WIFSIGNALED(st))
-        guest_detail("sub-process died of signal %d (%s); last: %s", WTERMSIG(st),
-                     strsignal(WTERMSIG(st)), detail);
-    else if (WEXITSTATUS(st) == 126)
-        guest_detail("cannot execute /proc/self/exe or /init");
-    else
-        guest_detail("%s", detail[0] ? detail : "failed without a detail");
-    return GUEST_FAIL;
+/* Sub-check name in a fresh process with LULL_CONF=conf ("" none). */
+static int run_sub(const char *name, const char *conf) {
+    char env[256];
+    snprintf(env, sizeof env, "LULL_CONF=%s", conf);
+    const char *const envp[] = {env, NULL};
+    return guest_sub_run(name, conf[0] ? envp : NULL);
 }
 
 GUEST_CHECK_TIMEOUT(lull_local, 180) {
-    return run_sub("local");
+    return run_sub("local", "");
 }
 GUEST_CHECK_TIMEOUT(lull_remote_free, 240) {
-    return run_sub("remote_free");
+    return run_sub("remote_free", "");
 }
 GUEST_CHECK_TIMEOUT(lull_interleave, 120) {
-    return run_sub("interleave");
+    return run_sub("interleave", "numa=interleave");
 }
 GUEST_CHECK_TIMEOUT(lull_bind, 120) {
-    return run_sub("bind");
+    return run_sub("bind", "numa=bind,numa_nodes=1");
 }
 GUEST_CHECK_TIMEOUT(lull_set_node, 240) {
-    return run_sub("set_node");
+    return run_sub("set_node", "");
 }
 GUEST_CHECK_TIMEOUT(lull_stats_nodes, 180) {
-    return run_sub("stats_nodes");
+    return run_sub("stats_nodes", "");
 }
 
 #endif /* LULL_GUEST_NO_LIB */

@@ -1,4 +1,4 @@
-/* /init of the NUMA guest: sets up the console, /proc and /sys, runs every
+/* /init of the guest: sets up the console, /proc and /sys, runs every
  * registered check in its own child process, prints the results on the
  * serial console and powers the machine off. See guest.h for the protocol.
  * Also runs outside a guest (not as PID 1) for a quick try on the host:
@@ -48,6 +48,10 @@ void guest_detail(const char *fmt, ...) {
         if (*s == '\n' || *s == '\r') *s = ' ';
 }
 
+const char *guest_detail_text(void) {
+    return detail_page ? detail_page : "";
+}
+
 void guest_info(const char *fmt, ...) {
     char buf[1024];
     va_list ap;
@@ -60,12 +64,17 @@ void guest_info(const char *fmt, ...) {
 
 const char *guest_param(const char *key, char *buf, size_t len) {
     char cmdline[4096];
-    int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return NULL;
-    ssize_t n = read(fd, cmdline, sizeof cmdline - 1);
-    close(fd);
-    if (n <= 0) return NULL;
-    cmdline[n] = '\0';
+    const char *env = getenv("LULL_GUEST_CMDLINE"); /* a try on the host */
+    if (env) {
+        snprintf(cmdline, sizeof cmdline, "%s", env);
+    } else {
+        int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return NULL;
+        ssize_t n = read(fd, cmdline, sizeof cmdline - 1);
+        close(fd);
+        if (n <= 0) return NULL;
+        cmdline[n] = '\0';
+    }
     char pat[128];
     snprintf(pat, sizeof pat, "lull_guest.%s=", key);
     for (char *p = cmdline; (p = strstr(p, pat)) != NULL; p++) {
@@ -160,16 +169,24 @@ static void power_off(void) {
         pause();
 }
 
-static bool selected(const char *name, const char *only) {
-    if (!only || !*only) return true;
+/* name is one of the comma list */
+static bool in_list(const char *name, const char *list) {
     size_t n = strlen(name);
-    for (const char *p = only; *p;) {
+    for (const char *p = list; *p;) {
         size_t l = strcspn(p, ",");
         if (l == n && strncmp(p, name, n) == 0) return true;
         p += l;
         if (*p == ',') p++;
     }
     return false;
+}
+
+/* lull_guest.only= names checks (of any group); else lull_guest.group=
+ * names groups ("all": every one); neither: every check. */
+static bool selected(const struct guest_check *c, const char *only, const char *groups) {
+    if (only && *only) return in_list(c->name, only);
+    if (!groups || !*groups || in_list("all", groups)) return true;
+    return in_list(c->group, groups);
 }
 
 static int run_check(const struct guest_check *c, char *status_detail, size_t len) {
@@ -236,14 +253,15 @@ int main(void) {
 
     struct utsname u;
     uname(&u);
-    char only[512];
+    char only[512], groups[128];
     const char *sel = guest_param("only", only, sizeof only);
+    const char *sel_groups = guest_param("group", groups, sizeof groups);
     /* The linker keeps the section in no useful order: sort. */
     enum { MAX_CHECKS = 256 };
     const struct guest_check *list[MAX_CHECKS];
     int count = 0;
     for (const struct guest_check *c = __start_guest_checks; c < __stop_guest_checks; c++)
-        if (selected(c->name, sel) && count < MAX_CHECKS) list[count++] = c;
+        if (selected(c, sel, sel_groups) && count < MAX_CHECKS) list[count++] = c;
     qsort(list, (size_t)count, sizeof list[0], by_file_line);
     printf(TAG "BEGIN kernel=%s cpus=%ld checks=%d boot_ms=%llu\n", u.release,
            sysconf(_SC_NPROCESSORS_ONLN), count, (unsigned long long)uptime_ms());

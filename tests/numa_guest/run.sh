@@ -6,10 +6,18 @@
 #     -o, --out DIR      build and log directory (default: build/numa-guest
 #                        under the source tree)
 #     --kernel FILE      kernel image (default: $LULL_NUMA_GUEST_KERNEL, else
-#                        the newest vmlinuz-* in the cache that
-#                        .ci/numa-guest-deps.sh fills)
+#                        the newest vmlinuz-* of the flavour in the cache
+#                        that .ci/numa-guest-deps.sh fills)
+#     --flavour F        generic (default: CACHE/kernel, Debian's
+#                        linux-image-amd64) or rt (CACHE/kernel-rt,
+#                        linux-image-rt-amd64, PREEMPT_RT); a --flavour
+#                        given wins over $LULL_NUMA_GUEST_KERNEL
 #     --lib LIBLULL_A    link the guest program with liblull.a (see build.sh)
-#     --only a,b         run only these checks
+#     --group G,H        run the checks of these groups (default numa: the
+#                        NUMA checks; kernel: check_kernel_*.c; all)
+#     --only a,b         run only these checks (of any group)
+#     --mem MIB          memory per node (default $LULL_NUMA_GUEST_MEM, else
+#                        256; the kernel turns THP off below 512 MiB in all)
 #     --timeout SEC      whole boot (default 300; TCG is slow under load)
 #     --append "..."     more kernel command line
 #     -v, --verbose      print the whole serial console
@@ -28,8 +36,10 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 out="$src/build/numa-guest"
-kernel="${LULL_NUMA_GUEST_KERNEL:-}"
+kernel=""
 lib=""
+flavour=""
+group="numa"
 only=""
 timeout_s=300
 append=""
@@ -41,12 +51,15 @@ while [ $# -gt 0 ]; do
     case "$1" in
     -o | --out) out=$2; shift 2 ;;
     --kernel) kernel=$2; shift 2 ;;
+    --flavour) flavour=$2; shift 2 ;;
     --lib) lib=$2; shift 2 ;;
+    --group) group=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --mem) mem_mib=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --append) append=$2; shift 2 ;;
     -v | --verbose) verbose=1; shift ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -71,8 +84,15 @@ qemu="${QEMU:-$(command -v qemu-system-x86_64 || true)}"
 if [ -z "$qemu" ] || [ ! -x "$qemu" ]; then
     finish SKIP 77 "qemu-system-x86_64 is not installed (run .ci/numa-guest-deps.sh)"
 fi
+case "$flavour" in
+"" | generic) kdir="$cache/kernel/boot" ;;
+rt) kdir="$cache/kernel-rt/boot" ;;
+*) echo "run.sh: unknown flavour $flavour (generic, rt)" >&2; exit 2 ;;
+esac
+# An explicit flavour names its cache directory, whatever the environment.
+[ -z "$kernel" ] && [ -z "$flavour" ] && kernel="${LULL_NUMA_GUEST_KERNEL:-}"
 if [ -z "$kernel" ]; then
-    kernel=$(ls -1 "$cache"/kernel/boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
+    kernel=$(ls -1 "$kdir"/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
     # Prefer the uncompressed ELF beside it (PVH boot, no decompression
     # under emulation); make it if it is missing and the cache is writable.
     if [ -n "$kernel" ]; then
@@ -84,7 +104,7 @@ if [ -z "$kernel" ]; then
     fi
 fi
 if [ -z "$kernel" ] || [ ! -r "$kernel" ]; then
-    finish SKIP 77 "no guest kernel image in $cache/kernel/boot (run .ci/numa-guest-deps.sh)"
+    finish SKIP 77 "no guest kernel image in $kdir (run .ci/numa-guest-deps.sh)"
 fi
 kver=$(basename "$kernel" | sed 's/^vmlinu[xz]-//')
 if ! command -v cpio >/dev/null 2>&1; then
@@ -107,6 +127,7 @@ d10=31
 cmdline="console=ttyS0 panic=-1 oops=panic quiet loglevel=4 numa=on mitigations=off"
 cmdline+=" lull_guest.nodes=2 lull_guest.cpu_node=0,1 lull_guest.dist=10,$d01,$d10,10"
 [ -n "$only" ] && cmdline+=" lull_guest.only=$only"
+[ -z "$only" ] && [ -n "$group" ] && cmdline+=" lull_guest.group=$group"
 [ -n "$append" ] && cmdline+=" $append"
 log="$out/serial.log"
 rm -f "$log"
