@@ -134,7 +134,7 @@ lull_heap *lull_heap_get_or_create(void) {
     h->owner_tid = gettid();
     h->node = node;
     h->arena = &lull_arenas[node < lull_arena_count ? node : 0];
-    if (lull_profile_interval && !h->profile) lull_profile_heap_attach(h);
+    if (lull_profile_interval_now() && !h->profile) lull_profile_heap_attach(h);
     lull_tl_heap = h;
     /* after lull_tl_heap is set: if pthread_setspecific allocates, that
      * allocation already finds this heap */

@@ -76,7 +76,8 @@ static void init_core(void) {
     if (atomic_compare_exchange_strong(&init_state, &expected, 1)) {
         lull_config_load();
         /* before the first heap: each heap samples from its creation */
-        lull_profile_interval = lull_config.profile_sample_bytes;
+        atomic_store_explicit(&lull_profile_interval, lull_config.profile_sample_bytes,
+                              memory_order_relaxed);
         const char *faults = secure_getenv("LULL_FAULT"); /* never in a setuid or setcap process */
         if (faults) lull_fault_parse(faults);
         lull_size_classes_init();

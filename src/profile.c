@@ -37,7 +37,7 @@
 #include <unistd.h>
 #include <unwind.h>
 
-uint64_t lull_profile_interval;
+_Atomic uint64_t lull_profile_interval;
 __thread uintptr_t lull_profile_boundary __attribute__((tls_model("initial-exec")));
 static __thread bool tl_in_profile __attribute__((tls_model("initial-exec")));
 
@@ -181,7 +181,8 @@ void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes) {
     if (tl_in_profile) return;
     tl_in_profile = true;
     stack_walk w = {.depth = 0, .boundary = lull_profile_boundary};
-    double prob = lull_one_minus_exp_neg((double)sampled_bytes / (double)lull_profile_interval);
+    double prob =
+        lull_one_minus_exp_neg((double)sampled_bytes / (double)lull_profile_interval_now());
     double objects = prob > 0 ? 1.0 / prob : 1.0;
     pthread_mutex_lock(&lock);
     if (!tables_ready() || nsamples >= SAMPLE_SLOTS / 2) {
@@ -241,7 +242,7 @@ static int64_t rounded(double x) {
 
 int lull_profile_dump(const char *path) {
     lull_modules_ensure_started(); /* a process that has not allocated through lull yet */
-    if (!lull_profile_interval || !path) {
+    if (!lull_profile_interval_now() || !path) {
         errno = EINVAL;
         return -1;
     }
@@ -269,7 +270,7 @@ int lull_profile_dump(const char *path) {
     if (out) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
-        rc = lull_pprof_write(fd, out, n, (int64_t)lull_profile_interval,
+        rc = lull_pprof_write(fd, out, n, (int64_t)lull_profile_interval_now(),
                               (int64_t)now.tv_sec * 1000000000 + now.tv_nsec);
         err = errno;
         munmap(out, len);

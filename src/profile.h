@@ -23,13 +23,19 @@
 
 #include "base/types.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Mean bytes between samples; 0 when profiling is off (the default). Set
- * once when lull starts (profile_sample_kb is a start-up key). */
-extern uint64_t lull_profile_interval;
+ * once when lull's core starts (profile_sample_kb is a start-up key);
+ * read with lull_profile_interval_now(): another thread's first malloc may
+ * read it while the core starts (TSan saw that race). */
+extern _Atomic uint64_t lull_profile_interval;
+static inline uint64_t lull_profile_interval_now(void) {
+    return atomic_load_explicit(&lull_profile_interval, memory_order_relaxed);
+}
 
 /* A heap's profiling state: the windows, and the bytes left to each
  * class's next sample point. Owner only. */

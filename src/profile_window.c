@@ -29,7 +29,7 @@ static uint64_t next_random(lull_heap_profile *p) {
  * exponential draw, at least 1. */
 static int64_t bytes_to_next_sample(lull_heap_profile *p) {
     double u = ((double)(next_random(p) >> 11) + 1.0) / 9007199254740992.0; /* (0, 1] */
-    double x = -lull_ln(u) * (double)lull_profile_interval;
+    double x = -lull_ln(u) * (double)lull_profile_interval_now();
     return x < 1.0 ? 1 : x > 4e18 ? (int64_t)4e18 : (int64_t)x;
 }
 
