@@ -6,7 +6,7 @@
 #
 # Scenarios: stall throughput callgrind latency burst redis hardening
 # forkexec hugeoverload footprint defrag (default: all of these) and thp (only
-# when named in --only: ~6 min a run at full size). Allocators: glibc jemalloc
+# when named in --only: ~3 min a run at full size). Allocators: glibc jemalloc
 # mimalloc tcmalloc lull (default: all). lull is build/liblull.so under the
 # repository root, or $LULL_SO; when it is not there its rows say "missing"
 # and the run goes on. With lull, burst
@@ -272,7 +272,7 @@ for sc in "${selected[@]}"; do
     thp)
         # issue 16: hugepage coverage of a 512 MiB small-object heap through
         # 10 churn rounds (~15 s), and a TLB-bound workload over 2 GiB
-        # (~30-60 s, most of it the allocation); lull as its two variants
+        # (~5-10 s); lull as its two variants, glibc also as glibc-hugetlb
         for ((r = 1; r <= runs; r++)); do
             for a in $(rotated $r "${thp_allocs[@]}"); do
                 run_one thp "$a" $r thp-coverage 300 preload "$(bench_bin thp)" --mode coverage "${q[@]}"
