@@ -614,7 +614,7 @@ def thp_goal_rows(med):
         rows.append((text, "-" if v is None else f"{fmt(v)} %", f">= {target} %",
                      "not measured" if v is None else ("met" if v >= target else "not met")))
     # in operations per second of CPU time: the wall clock of one run moves
-    # by 2x on the shared machine, the CPU time by about 10 %
+    # by 2x on the shared machine, the CPU time by 10-20 %
     text = "thp=auto: TLB-bound workload faster than thp=never and every peer (tlb_cpu_mops)"
     v = med.get(("thp", "tlb_cpu_mops", THP_AUTO))
     refs = [(a, med.get(("thp", "tlb_cpu_mops", a))) for a in PEERS + [THP_NEVER]]
