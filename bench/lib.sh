@@ -14,11 +14,22 @@
 #   lull-hard    liblull.so built by the hardening scenario with
 #                LULL_HARDENING=ON (the default build) in build/bench-hard
 #   lull-nohard  the same with LULL_HARDENING=OFF in build/bench-nohard
+#   lull-thp-never, lull-thp-auto
+#                lull's library with LULL_CONF=thp=never or thp=auto (the thp
+#                scenario, issue 16; appended to the caller's LULL_CONF); a
+#                lull without the key says "unknown key" once and runs as
+#                it would without it (bench_thp prints lull's configuration)
+#
+# And one of glibc, not a peer but a reference for the thp scenario:
+#   glibc-hugetlb  glibc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (its heap
+#                advised MADV_HUGEPAGE: what full coverage is worth here);
+#                the program's preload check is glibc's (BENCH_ALLOC=glibc)
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$BENCH_DIR/.." && pwd)
 BENCH_BUILD=${BENCH_BUILD:-$REPO_ROOT/build/bench-suite}
 LULL_DELAY0_CONF=purge_delay_ms=0
+LULL_THP_VARIANTS=(lull-thp-never lull-thp-auto)
 ALL_ALLOCATORS=(glibc jemalloc mimalloc tcmalloc lull)
 PEER_LIBDIR=${PEER_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 
@@ -32,11 +43,11 @@ lull_so() { printf '%s\n' "${LULL_SO:-$REPO_ROOT/build/liblull.so}"; }
 
 alloc_lib() {
     case $1 in
-    glibc) printf '\n' ;;
+    glibc | glibc-hugetlb) printf '\n' ;;
     jemalloc) printf '%s\n' "$PEER_LIBDIR/libjemalloc.so.2" ;;
     mimalloc) printf '%s\n' "$PEER_LIBDIR/libmimalloc.so.2" ;;
     tcmalloc) printf '%s\n' "$PEER_LIBDIR/libtcmalloc_minimal.so.4" ;;
-    lull | lull-delay0) lull_so ;;
+    lull | lull-delay0 | lull-thp-never | lull-thp-auto) lull_so ;;
     lull-hard) printf '%s\n' "$REPO_ROOT/build/bench-hard/liblull.so" ;;
     lull-nohard) printf '%s\n' "$REPO_ROOT/build/bench-nohard/liblull.so" ;;
     *) return 1 ;;
@@ -48,7 +59,7 @@ alloc_lib() {
 alloc_status() {
     local lib
     lib=$(alloc_lib "$1") || return 1
-    if [ "$1" = glibc ] || [ -f "$lib" ]; then echo ok; else echo missing; fi
+    if [ -z "$lib" ] || [ -f "$lib" ]; then echo ok; else echo missing; fi
 }
 
 # run_alloc NAME CMD...: runs CMD with NAME's library preloaded and
@@ -59,12 +70,18 @@ run_alloc() {
     lib=$(alloc_lib "$name") || die "unknown allocator $name"
     if [ "$name" = glibc ]; then
         env -u LD_PRELOAD BENCH_ALLOC=glibc "$@"
+    elif [ "$name" = glibc-hugetlb ]; then
+        env -u LD_PRELOAD BENCH_ALLOC=glibc \
+            GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1" "$@"
     elif [ "$name" = lull-delay0 ]; then
         # appended to the caller's LULL_CONF (the last value of a key wins);
         # LULL_PURGE_DELAY_MS would override LULL_CONF, so it goes
         env -u LULL_PURGE_DELAY_MS BENCH_ALLOC="$name" LD_PRELOAD="$(readlink -f "$lib")" \
             LULL_CONF="${LULL_CONF:+$LULL_CONF,}$LULL_DELAY0_CONF" \
             BENCH_LULL_CONF="$LULL_DELAY0_CONF" "$@"
+    elif [[ $name == lull-thp-* ]]; then
+        env BENCH_ALLOC="$name" LD_PRELOAD="$(readlink -f "$lib")" \
+            LULL_CONF="${LULL_CONF:+$LULL_CONF,}thp=${name#lull-thp-}" "$@"
     else
         env BENCH_ALLOC="$name" LD_PRELOAD="$(readlink -f "$lib")" "$@"
     fi

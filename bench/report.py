@@ -16,7 +16,9 @@ the four peers (glibc, jemalloc, mimalloc, tcmalloc). "Best" means the
 highest for rates (Mops/s, req/s) and the lowest for everything else.
 A variant of lull that ran in a scenario (lull-delay0 in burst) gets a
 column of its own there, and lull a ratio to it. The hardening scenario has
-a table of its own: lull-hard against lull-nohard. The footprint section adds
+a table of its own: lull-hard against lull-nohard; so has thp, where lull runs
+as lull-thp-never and lull-thp-auto (no plain lull column) and the coverage
+of each churn round gets a second table. The footprint section adds
 the geomean peak RSS over its scenarios per allocator and its own goals.
 Nothing here asserts anything: the goals section only reports.
 """
@@ -35,9 +37,10 @@ PEERS = ["glibc", "jemalloc", "mimalloc", "tcmalloc"]
 # Variants of lull (bench/lib.sh): a column only where they ran.
 DELAY0 = "lull-delay0"  # same library, LULL_CONF=purge_delay_ms=0 (burst)
 HARD, NOHARD = "lull-hard", "lull-nohard"  # LULL_HARDENING=ON / OFF (hardening)
-VARIANTS = [DELAY0, HARD, NOHARD]
+THP_NEVER, THP_AUTO = "lull-thp-never", "lull-thp-auto"  # LULL_CONF=thp=never / auto (thp)
+VARIANTS = [DELAY0, HARD, NOHARD, "glibc-hugetlb", THP_NEVER, THP_AUTO]
 SCENARIOS = ["stall", "throughput", "callgrind", "latency", "burst", "redis", "hardening", "forkexec",
-             "footprint", "defrag"]
+             "footprint", "defrag", "thp"]
 HIGHER_BETTER = {"Mops/s", "req/s"}
 INFO_UNITS = {"requests", "pairs", "blocks", "%", "keys", "steps", "passes", "bool"}
 
@@ -52,6 +55,7 @@ TITLES = {
     "forkexec": "fork + execve(/bin/true) + waitpid from a process with a small heap",
     "footprint": "Footprint: peak RSS, RSS after idle, pages given back",
     "defrag": "Active defragmentation of a table 75 % deleted at random (issue 15)",
+    "thp": "Transparent hugepages: coverage of a small-object heap, a TLB-bound workload (issue 16)",
 }
 # footprint metrics are <scenario>_<what>; the geomean is computed here
 FOOTPRINT_PEAK = "_peak_rss_mib"
@@ -98,7 +102,8 @@ GOALS = [
 ]
 
 COLORS = {"glibc": "#444444", "jemalloc": "#1f77b4", "mimalloc": "#2ca02c",
-          "tcmalloc": "#ff7f0e", "lull": "#d62728", DELAY0: "#e377c2"}
+          "tcmalloc": "#ff7f0e", "lull": "#d62728", DELAY0: "#e377c2",
+          THP_NEVER: "#9467bd", THP_AUTO: "#d62728", "glibc-hugetlb": "#aaaaaa"}
 
 
 def fmt(v):
@@ -347,6 +352,9 @@ def write_md(out, status, data, med):
         if sc == "hardening":
             write_hardening(w, data[sc], med)
             continue
+        if sc == "thp":
+            write_thp(w, out, data[sc], med)
+            continue
         # lull's variants that ran here get a column, and lull a ratio to them
         extra = [a for a in VARIANTS if any(a in m["vals"] for m in data[sc].values())]
         cols = ALLOCS + extra
@@ -390,7 +398,7 @@ def write_md(out, status, data, med):
     w("")
     w("| goal | lull | target | status |")
     w("|---|---|---|---|")
-    for text, v, goal, st in goal_rows(med, status, data):
+    for text, v, goal, st in goal_rows(med, status, data) + thp_goal_rows(med):
         w(f"| {text} | {v} | {goal} | {st} |")
     w("")
     for extra, title in (("errors.txt", "Errors"), ("preload.txt", "Preload checks")):
@@ -510,6 +518,116 @@ def write_hardening(w, metrics, med):
     w("")
 
 
+GLIBC_HUGE = "glibc-hugetlb"  # glibc with glibc.malloc.hugetlb=1 (thp: a reference, not a peer)
+THP_ALLOCS = PEERS + [GLIBC_HUGE, THP_NEVER, THP_AUTO]
+THP_ROUND = re.compile(r"^churn_r\d+_coverage_pct$")
+
+
+def thp_best_peer(med, name, unit):
+    """The best peer for a thp metric: the highest coverage or rate, the
+    lowest of everything else (RSS, time, misses)."""
+    vals = [(a, med.get(("thp", name, a))) for a in PEERS]
+    vals = [(a, v) for a, v in vals if v is not None]
+    if not vals or name.endswith(("_live_mib", "_ops")):
+        return None, None
+    higher = unit in HIGHER_BETTER or name.endswith("_pct")
+    return (max if higher else min)(vals, key=lambda x: x[1])
+
+
+def write_thp(w, out, metrics, med):
+    """The four peers and lull's two THP variants, each cell with its ratio
+    to glibc (where glibc's is not 0: coverage is 0 % without MADV_HUGEPAGE);
+    lull-thp-auto against lull-thp-never and against the best peer; then the
+    coverage after each churn round."""
+    said = {}  # what the programs said (run 1 of each allocator)
+    for log in sorted(glob.glob(os.path.join(out, "raw", "thp-*_r1.log"))):
+        for key in ("thp_enabled", "thp_defrag", "tlb_counter", "config"):
+            for line in info_lines(log, f"INFO thp {key} "):
+                said.setdefault(key, set()).add(line)
+        a = re.sub(r"^thp-(coverage|tlb)_(.*)_r1\.log$", r"\2", os.path.basename(log))
+        for line in info_lines(log, "INFO thp lull_thp "):
+            said.setdefault("lull_thp", set()).add(f"{a}: {line}")
+    w(f"`{THP_NEVER}`, `{THP_AUTO}`: lull's library with `LULL_CONF=thp=never` and `thp=auto`. "
+      f"`{GLIBC_HUGE}`: glibc with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (its heap advised MADV_HUGEPAGE), "
+      "a reference for what coverage is worth on this machine, not a peer (not in \"best peer\"). "
+      "Coverage: AnonHugePages / Anonymous of `/proc/self/smaps_rollup`, the whole process "
+      "(coverage mode) or the heap alone (`tlb_heap_coverage_pct`). "
+      "`coverage_alloc_pct`: after a heap of 64-4096 B objects is allocated; `churn_*`: over the rounds of "
+      "free a random half, idle, allocate again (`_half_`: after the idle, the heap half free); "
+      "`tlb_*`: random reads and writes of 64-256 B objects, in dependent chains.")
+    w("")
+    for key, title in (("thp_enabled", "THP enabled"), ("thp_defrag", "THP defrag"),
+                       ("tlb_counter", "TLB counter"), ("lull_thp", "lull's thp key")):
+        for line in sorted(said.get(key, ())):
+            w(f"- {title}: `{line}`")
+    for line in sorted(said.get("config", ())):
+        w(f"- config: `{line}`")
+    w("")
+    present = [a for a in THP_ALLOCS if any(a in m["vals"] for m in metrics.values())]
+    w("| metric | unit | " + " | ".join(present) + f" | {THP_AUTO}/{THP_NEVER} | {THP_AUTO}/best peer |")
+    w("|---|---|" + "---|" * len(present) + "---|---|")
+    rounds = []
+    for name, m in sorted(metrics.items(), key=lambda kv: kv[1]["order"]):
+        if THP_ROUND.match(name):
+            rounds.append(name)
+            continue
+        unit = m["unit"]
+        g = med.get(("thp", name, "glibc"))
+        cells = []
+        for a in present:
+            v = med.get(("thp", name, a))
+            if v is None:
+                cells.append("-")
+            elif a == "glibc" or not g:
+                cells.append(fmt(v))
+            else:
+                cells.append(f"{fmt(v)} ({fmt_ratio(ratio(v, g))})")
+        auto, never = med.get(("thp", name, THP_AUTO)), med.get(("thp", name, THP_NEVER))
+        bp, bv = thp_best_peer(med, name, unit)
+        vs_best = "-" if not bp or auto is None else (
+            f"n/a ({bp}: 0)" if ratio(auto, bv) is None else f"{fmt_ratio(ratio(auto, bv))} ({bp})")
+        w(f"| {name} | {unit} | " + " | ".join(cells) + f" | {fmt_ratio(ratio(auto, never))} | {vs_best} |")
+    w("")
+    if rounds:
+        w("Coverage after each churn round's allocation (%, median over runs):")
+        w("")
+        w("| round | " + " | ".join(present) + " |")
+        w("|---|" + "---|" * len(present))
+        for name in rounds:
+            n = int(re.search(r"\d+", name).group(0))
+            w(f"| {n} | " + " | ".join(fmt(med.get(("thp", name, a))) for a in present) + " |")
+        w("")
+    if os.path.exists(os.path.join(out, "thp.png")):
+        w("![thp.png](thp.png)")
+        w("")
+
+
+def thp_goal_rows(med):
+    """Issue 16's goals, for lull-thp-auto (reported, not asserted)."""
+    rows = []
+    if not any(k[0] == "thp" for k in med):
+        return rows
+    for metric, target, text in (("coverage_alloc_pct", 90, "thp=auto: coverage after allocation >= 90 %"),
+                                 ("churn_coverage_min_pct", 80,
+                                  "thp=auto: coverage through the churn (its lowest round) >= 80 %")):
+        v = med.get(("thp", metric, THP_AUTO))
+        rows.append((text, "-" if v is None else f"{fmt(v)} %", f">= {target} %",
+                     "not measured" if v is None else ("met" if v >= target else "not met")))
+    # in operations per second of CPU time: the wall clock of one run moves
+    # by 2x on the shared machine, the CPU time by 10-20 %
+    text = "thp=auto: TLB-bound workload faster than thp=never and every peer (tlb_cpu_mops)"
+    v = med.get(("thp", "tlb_cpu_mops", THP_AUTO))
+    refs = [(a, med.get(("thp", "tlb_cpu_mops", a))) for a in PEERS + [THP_NEVER]]
+    refs = [(a, r) for a, r in refs if r is not None]
+    if v is None or not refs:
+        rows.append((text, "-", "-", "not measured"))
+    else:
+        best = max(refs, key=lambda x: x[1])
+        rows.append((text, f"{fmt(v)} Mops/s", f"> {fmt(best[1])} Mops/s ({best[0]}; now {fmt_ratio(v / best[1])})",
+                     "met" if v > best[1] else "not met"))
+    return rows
+
+
 def write_summary(out, data, med):
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         wr = csv.writer(f)
@@ -550,8 +668,8 @@ def gp_lines(out, pattern, using, title_suffix="", style="lines lw 2"):
     return parts
 
 
-def bars(out, med, sc, metrics, labels, fname, ylabel, logscale, ymin=0.1):
-    present = [a for a in ALLOCS if any(med.get((sc, m, a)) is not None for m in metrics)]
+def bars(out, med, sc, metrics, labels, fname, ylabel, logscale, ymin=0.1, allocs=None, ymax="*"):
+    present = [a for a in (allocs or ALLOCS) if any(med.get((sc, m, a)) is not None for m in metrics)]
     if not present:
         return None
     dat = os.path.join(out, "raw", f"{fname}.dat")
@@ -577,7 +695,7 @@ set style fill solid 0.9 border -1
 set key top left
 set ylabel '{ylabel}'
 {'set logscale y' if logscale else 'unset logscale y'}
-set yrange [{ymin if logscale else '0'}:*]
+set yrange [{ymin if logscale else '0'}:{ymax}]
 set grid ytics
 plot {cols}
 unset logscale
@@ -615,6 +733,13 @@ def plots(out, med):
         gp.append("set xtics rotate by -25")  # the scenario names are long
         gp.append(s)
         gp.append("set xtics norotate")
+    s = bars(out, med, "thp", ["coverage_alloc_pct", "churn_coverage_median_pct", "churn_coverage_min_pct",
+                               "tlb_heap_coverage_pct"],
+             ["after allocation", "churn: median round", "churn: lowest round", "TLB workload's heap"],
+             "thp", "hugepage coverage (%)", False, allocs=THP_ALLOCS, ymax=100)
+    if s:
+        gp.append("set title 'Hugepage coverage, AnonHugePages / Anonymous (median of runs; higher is better)'")
+        gp.append(s)
     lat = gp_lines(out, "latency_cdf_{a}_r1.csv", "1:((1-$2) > 0 ? 1-$2 : 1/0)")
     if lat:
         gp.append(f"""

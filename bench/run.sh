@@ -5,7 +5,8 @@
 #                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
 #
 # Scenarios: stall throughput callgrind latency burst redis hardening
-# forkexec hugeoverload footprint defrag (default: all). Allocators: glibc jemalloc
+# forkexec hugeoverload footprint defrag (default: all of these) and thp (only
+# when named in --only: ~3 min a run at full size). Allocators: glibc jemalloc
 # mimalloc tcmalloc lull (default: all). lull is build/liblull.so under the
 # repository root, or $LULL_SO; when it is not there its rows say "missing"
 # and the run goes on. With lull, burst
@@ -13,7 +14,14 @@
 # hardening builds lull with LULL_HARDENING=ON and OFF (from one copy of the
 # working tree, whatever $LULL_SO is) into build/bench-hard and
 # build/bench-nohard and compares the two; with --no-build-lull it uses them
-# as they are.
+# as they are. thp (issue 16) runs lull as lull-thp-never and lull-thp-auto
+# (LULL_CONF=thp=never / thp=auto) instead of lull: bench_thp's coverage
+# mode, and its tlb mode through bench/thp_tlb.sh (under perf stat -e
+# dTLB-load-misses where that counts here, else time alone), with glibc
+# also as glibc-hugetlb (glibc.malloc.hugetlb=1: its heap advised
+# MADV_HUGEPAGE, a reference for what coverage is worth). Build lull in
+# Release for it (cmake -S . -B build -DCMAKE_BUILD_TYPE=Release first: run.sh
+# builds an existing build/ as it is configured).
 #
 # Builds the bench programs (and tries to build liblull.so, unless
 # --no-build-lull or $LULL_SO), then runs every scenario --runs times (5;
@@ -33,7 +41,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload footprint
-    defrag)
+    defrag thp)
+OPT_IN=(thp) # not in the default selection: only with --only
 runs=
 redis_runs=
 quick=0
@@ -56,7 +65,7 @@ while [ $# -gt 0 ]; do
     --out=*) out=${1#*=} ;;
     --no-build-lull) build_lull=0 ;;
     -h | --help)
-        sed -n '2,31p' "$0"
+        sed -n '2,39p' "$0"
         exit 0
         ;;
     *) die "unknown argument $1 (see --help)" ;;
@@ -68,7 +77,10 @@ if [ -z "$redis_runs" ]; then redis_runs=$([ $quick = 1 ] && echo 1 || echo $((r
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive number"
 [[ $redis_runs =~ ^[1-9][0-9]*$ ]] || die "--redis-runs must be a positive number"
 
-selected=("${SCENARIOS[@]}")
+selected=()
+for s in "${SCENARIOS[@]}"; do
+    [[ " ${OPT_IN[*]} " == *" $s "* ]] || selected+=("$s")
+done
 if [ -n "$only" ]; then
     IFS=, read -r -a selected <<<"$only"
     for s in "${selected[@]}"; do
@@ -109,6 +121,24 @@ if [[ " ${avail[*]} " == *" lull "* && " ${avail[*]} " != *" lull-delay0 "* &&
     burst_allocs+=(lull-delay0)
     echo "lull-delay0 ok $(readlink -f "$(lull_so)") LULL_CONF=$LULL_DELAY0_CONF (burst only)" >>"$out/allocators.txt"
 fi
+# thp: lull as its two THP variants (the same library, LULL_CONF=thp=...),
+# and glibc-hugetlb next to glibc (a reference: glibc's heap advised
+# MADV_HUGEPAGE)
+thp_allocs=()
+for a in "${avail[@]}"; do
+    if [ "$a" = glibc ] && [[ " ${selected[*]} " == *" thp "* && " ${avail[*]} " != *" glibc-hugetlb "* ]]; then
+        thp_allocs+=(glibc glibc-hugetlb)
+        echo "glibc-hugetlb ok (none: default) GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (thp only, a reference)" >>"$out/allocators.txt"
+    elif [ "$a" = lull ] && [[ " ${selected[*]} " == *" thp "* ]]; then
+        for v in "${LULL_THP_VARIANTS[@]}"; do
+            [[ " ${avail[*]} " == *" $v "* ]] && continue
+            thp_allocs+=("$v")
+            echo "$v ok $(readlink -f "$(lull_so)") LULL_CONF=thp=${v#lull-thp-} (thp only)" >>"$out/allocators.txt"
+        done
+    else
+        thp_allocs+=("$a")
+    fi
+done
 
 {
     echo "date:       $(date -Is)"
@@ -236,6 +266,17 @@ for sc in "${selected[@]}"; do
             for a in $(rotated $r "${dallocs[@]}"); do
                 run_one defrag "$a" $r defrag 600 preload "$(bench_bin defrag)" "${q[@]}" \
                     --csv "$out/raw/defrag_ts_${a}_r$r.csv"
+            done
+        done
+        ;;
+    thp)
+        # issue 16: hugepage coverage of a 512 MiB small-object heap through
+        # 10 churn rounds (~15 s), and a TLB-bound workload over 2 GiB
+        # (~5-10 s); lull as its two variants, glibc also as glibc-hugetlb
+        for ((r = 1; r <= runs; r++)); do
+            for a in $(rotated $r "${thp_allocs[@]}"); do
+                run_one thp "$a" $r thp-coverage 300 preload "$(bench_bin thp)" --mode coverage "${q[@]}"
+                run_one thp "$a" $r thp-tlb 900 self "$BENCH_DIR/thp_tlb.sh" "$a" "${q[@]}"
             done
         done
         ;;
