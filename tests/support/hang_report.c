@@ -10,7 +10,7 @@
 /* /proc/PID/task/TID/<name>, every line prefixed, or nothing if unreadable
  * (a kernel stack needs root). */
 static void copy_task_file(pid_t pid, const char *tid, const char *name, FILE *out) {
-    char path[128], line[512];
+    char path[320], line[512];
     snprintf(path, sizeof path, "/proc/%d/task/%s/%s", (int)pid, tid, name);
     FILE *f = fopen(path, "r");
     if (!f) return;
