@@ -11,6 +11,8 @@
  * Only in LULL_OVERRIDE builds: elsewhere a sanitizer (or libstdc++) owns
  * the operators. */
 #define _GNU_SOURCE
+#include "tests/support/command_output.h"
+
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -105,18 +107,11 @@ static void run(const char *const *argv, run_result *r) {
 }
 
 /* A command's stdout (popen): for nm and readelf. */
-static char *command_output(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f, "popen %s: %s", cmd, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t n; (n = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
-        len += n;
-        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = 0;
-    cr_assert_eq(pclose(f), 0, "%s failed", cmd);
-    return buf;
+static char *tool_output(const char *cmd) {
+    int status;
+    char *out = command_output(cmd, &status);
+    cr_assert_eq(status, 0, "%s failed", cmd);
+    return out;
 }
 
 /* ---- the libraries ------------------------------------------------------------- */
@@ -124,7 +119,7 @@ static char *command_output(const char *cmd) {
 /* `nm -D`: each operator is a defined text symbol of liblull.so. */
 Test(cxx_operators, liblull_so_exports_every_operator) {
     REQUIRE_OPERATORS();
-    char *syms = command_output("nm -D --defined-only '" LULL_SO_PATH "'");
+    char *syms = tool_output("nm -D --defined-only '" LULL_SO_PATH "'");
     for (size_t i = 0; i < N_OPERATORS; i++) {
         char line[128];
         snprintf(line, sizeof line, " T %s\n", operator_names[i]);
@@ -139,7 +134,7 @@ static void assert_no_cxx_runtime(const char *file) {
 #endif
     char cmd[512];
     snprintf(cmd, sizeof cmd, "readelf -d '%s'", file);
-    char *dyn = command_output(cmd);
+    char *dyn = tool_output(cmd);
     cr_assert_not_null(strstr(dyn, "(NEEDED)"), "readelf -d %s shows no NEEDED entry", file);
     cr_expect_null(strstr(dyn, "libstdc++"), "%s needs libstdc++:\n%s", file, dyn);
     cr_expect_null(strstr(dyn, "libgcc_s"), "%s needs libgcc_s:\n%s", file, dyn);

@@ -1,6 +1,7 @@
 /* See pprof_run.h. */
 #define _GNU_SOURCE
 #include "tests/support/pprof_run.h"
+#include "tests/support/command_output.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -25,16 +26,8 @@ char *pprof_run(const char *args, const char *binary, const char *profile) {
                        "(install golang-go; tests/install-deps.sh does)");
     char cmd[3 * PATH_MAX];
     snprintf(cmd, sizeof cmd, "go tool pprof %s '%s' '%s' 2>&1", args, binary, profile);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f, "popen %s: %s", cmd, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t n; (n = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
-        len += n;
-        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = 0;
-    int status = pclose(f);
+    int status;
+    char *buf = command_output(cmd, &status);
     cr_assert_eq(status, 0, "%s: exit status %d\n%s", cmd, status, buf);
     return buf;
 }
