@@ -310,7 +310,11 @@ void lull_reclaim_note_start_cpus(void) {
 static void defer_start(void) {
     lull_reclaim_note_start_cpus();
     atomic_store(&deferred_since_ms, lull_now_ms());
-    atomic_store(&lull_reclaim_deferred, LULL_RECLAIM_DEFERRED);
+    /* with thp on, the thread is what forms huge pages: wanted from the
+     * start, it starts at the first span taken (bench/thp.c's heap, which
+     * frees nothing for a while, had no huge page at all) */
+    atomic_store(&lull_reclaim_deferred,
+                 lull_thp_on() ? LULL_RECLAIM_WANTED : LULL_RECLAIM_DEFERRED);
 }
 
 __thread bool lull_reclaim_no_start __attribute__((tls_model("initial-exec")));

@@ -136,6 +136,23 @@ static void *run_scenario(void *arg) {
 __attribute__((constructor(200))) static void scenario(void) {
     const char *sc = getenv("LULL_TEST_THP");
     if (!sc) return;
+    if (strcmp(sc, "unprompted") == 0) {
+        /* no call of lull's API: the reclaim thread must start by itself
+         * (thp on wants it from the start) and collapse the heap */
+        fill();
+        uint64_t until = now_ms() + 20000;
+        long anon, huge;
+        do {
+            usleep(20000);
+            anon = rollup_kb("Anonymous:");
+            huge = rollup_kb("AnonHugePages:");
+        } while (huge < anon / 2 && now_ms() < until);
+        printf("unprompted_anon_kb=%ld\nunprompted_huge_kb=%ld\nwatch_installed=1\n"
+               "request_thread_purges=0\n",
+               anon, huge);
+        fflush(stdout);
+        _exit(0);
+    }
     lull_set_purge_delay_ms(0);
     if (!lull_reclaim_now() || syscall_watch_start() != 0) _exit(3);
     pthread_t t;
@@ -242,4 +259,12 @@ Test(thp, a_failing_collapse_is_counted_and_harmless, .timeout = 180) {
     cr_expect_gt(F(cr, "filled_failures"), 0, "%s", cr.out);
     cr_expect_eq(F(cr, "filled_collapses"), 0, "%s", cr.out);
     cr_expect_eq(F(cr, "filled_lull_huge_mb"), 0, "%s", cr.out);
+}
+
+Test(thp, the_reclaim_thread_forms_huge_pages_unprompted, .timeout = 180) {
+    child_run cr = run("unprompted", "thp=auto", NULL);
+    if (system_thp_off()) return;
+    /* half at least: the first 2 MiB hold lull's own metadata and stacks */
+    cr_expect_geq(F(cr, "unprompted_huge_kb") * 2, F(cr, "unprompted_anon_kb"),
+                  "no reclaim thread formed huge pages:\n%s", cr.out);
 }
