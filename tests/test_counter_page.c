@@ -10,6 +10,7 @@
 #include "lull/counters.h"
 #include "base/config.h"
 #include "src/counter_page.h"
+#include "tests/support/page_child.h"
 #include "base/fault.h"
 #include "lull.h"
 #include "tests/support/reexec.h"
@@ -936,34 +937,7 @@ Test(counter_page, a_full_dev_shm_turns_the_page_off_and_says_so_once, .timeout 
  * the caps (20 s for a page to appear, 60 s for a report) only end a
  * broken run. */
 
-#define REPORT_FD 3
-
-static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void report(const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n > 0 && write(REPORT_FD, buf, (size_t)n) != n) _exit(90);
-}
-
-/* Stage 2: wait until this process's reclaim thread has created its page,
- * then let it finish one more tick (the tick that created the page has
- * ended: whatever it does after creating the page is done). */
-static bool wait_own_page(char *name, size_t len) {
-    for (uint64_t until = mono_ms() + 20000; mono_ms() < until;) {
-        if (!lull_reclaim_now()) return false;
-        const char *n = counter_page_name();
-        if (n) {
-            snprintf(name, len, "%s", n);
-            lull_reclaim_now();
-            return true;
-        }
-        sleep_ms(10);
-    }
-    return false;
-}
+#define REPORT_FD PAGE_CHILD_REPORT_FD
 
 static void hold_until_eof(void) {
     char c;
@@ -973,12 +947,12 @@ static void hold_until_eof(void) {
 
 static void role_main(const char *role) {
     char name[256];
-    if (!wait_own_page(name, sizeof name)) {
-        report("error=no counter page after 20 s\n");
+    if (!page_child_wait_own_page(name, sizeof name)) {
+        page_child_report("error=no counter page after 20 s\n");
         _exit(80);
     }
     if (strcmp(role, "hold") == 0) { /* a live page until stdin closes */
-        report("name=%s\npid=%d\nready=1\n", name, (int)getpid());
+        page_child_report("name=%s\npid=%d\nready=1\n", name, (int)getpid());
         hold_until_eof();
         exit(0);
     }
@@ -988,25 +962,25 @@ static void role_main(const char *role) {
         if (c < 0) _exit(81);
         if (c == 0) {
             char cname[256];
-            if (!wait_own_page(cname, sizeof cname)) {
-                report("error=the fork child got no counter page\n");
+            if (!page_child_wait_own_page(cname, sizeof cname)) {
+                page_child_report("error=the fork child got no counter page\n");
                 _exit(82);
             }
-            report("child=%s\n", cname);
+            page_child_report("child=%s\n", cname);
             _exit(0);
         }
         int st;
         if (waitpid(c, &st, 0) != c) _exit(83);
-        report("child_status=%d\nself=%s\n", st, name);
+        page_child_report("child_status=%d\nself=%s\n", st, name);
         _exit(0);
     }
     if (strcmp(role, "exec") == 0) { /* becomes /bin/cat, which is not lull */
-        report("name=%s\n", name);
+        page_child_report("name=%s\n", name);
         fcntl(REPORT_FD, F_SETFD, FD_CLOEXEC); /* its EOF tells the harness */
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1);
         execl("/bin/cat", "cat", (char *)NULL);
-        report("error=exec /bin/cat: %s\n", strerror(errno));
+        page_child_report("error=exec /bin/cat: %s\n", strerror(errno));
         _exit(84);
     }
     if (strcmp(role, "exec_fails") == 0) {
@@ -1014,12 +988,12 @@ static void role_main(const char *role) {
         execl("/nonexistent/lull-test", "lull-test", (char *)NULL);
         int e = errno;
         char back[256] = "";
-        bool again = wait_own_page(back, sizeof back);
-        report("name=%s\nerrno=%d\nback=%d\nback_name=%s\nback_exists=%d\n", name, e, again, back,
-               again && page_exists(back));
+        bool again = page_child_wait_own_page(back, sizeof back);
+        page_child_report("name=%s\nerrno=%d\nback=%d\nback_name=%s\nback_exists=%d\n", name, e,
+                          again, back, again && page_exists(back));
         exit(0);
     }
-    report("error=unknown role %s\n", role);
+    page_child_report("error=unknown role %s\n", role);
     _exit(85);
 }
 

@@ -23,6 +23,7 @@
 #include "lull/counters.h"
 #include "lull.h"
 #include "src/counter_page.h"
+#include "tests/support/page_child.h"
 #include "tests/support/timing.h"
 
 #include <errno.h>
@@ -59,46 +60,20 @@ enum {
     LS_PROFILE_OFF = 10,
 };
 
-#define REPORT_FD 3
+#define REPORT_FD PAGE_CHILD_REPORT_FD
 
 /* ------------------------------------------------ stage 2: the process */
-
-static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void report(const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n > 0 && write(REPORT_FD, buf, (size_t)n) != n) _exit(90);
-}
-
-/* Until this process's reclaim thread has created its page and finished
- * the tick after (so the first publication, with its flags, is out). */
-static bool wait_own_page(char *name, size_t len) {
-    for (uint64_t until = now_ms() + 20000; now_ms() < until;) {
-        if (!lull_reclaim_now()) return false;
-        const char *n = counter_page_name();
-        if (n) {
-            snprintf(name, len, "%s", n);
-            lull_reclaim_now();
-            return true;
-        }
-        sleep_ms(10);
-    }
-    return false;
-}
 
 __attribute__((constructor(200))) static void hpreq_role(void) {
     const char *role = getenv("LULL_TEST_HPREQ_ROLE");
     if (!role) return;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     char name[256] = "";
-    if (strcmp(role, "serve") == 0 && !wait_own_page(name, sizeof name)) {
-        report("error=no counter page after 20 s\n");
+    if (strcmp(role, "serve") == 0 && !page_child_wait_own_page(name, sizeof name)) {
+        page_child_report("error=no counter page after 20 s\n");
         _exit(80);
     }
-    report("name=%s\npid=%d\nready=1\n", name, (int)getpid());
+    page_child_report("name=%s\npid=%d\nready=1\n", name, (int)getpid());
     char c;
     while (read(0, &c, 1) > 0) {
     }
