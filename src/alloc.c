@@ -364,7 +364,7 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     lull_segment *seg = lull_segment_of(p);
     if (seg->magic == LULL_HUGE_MAGIC) {
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
-        if (lull_profile_interval_now()) lull_profile_forget_if_sampled(p);
+        if (lull_profile_interval_now()) lull_profile_forget(p); /* if sampled */
         lull_huge_free((lull_huge *)seg, p);
         return;
     }
@@ -439,7 +439,7 @@ void lull_free_not_segment(void *p) {
     lull_huge *h = lull_aligned_huge_of(p);
     if (h) {
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
-        if (lull_profile_interval_now()) lull_profile_forget_if_sampled(p);
+        if (lull_profile_interval_now()) lull_profile_forget(p); /* if sampled */
         lull_huge_free(h, p);
         return;
     }

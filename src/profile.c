@@ -230,10 +230,6 @@ void lull_profile_forget(const void *p) {
     pthread_mutex_unlock(&lock);
 }
 
-void lull_profile_forget_if_sampled(const void *p) {
-    lull_profile_forget(p);
-}
-
 /* ---- the dump --------------------------------------------------------- */
 
 static int64_t rounded(double x) {

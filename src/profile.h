@@ -66,11 +66,10 @@ void lull_profile_register(void);
  * stack is the calling thread's, from the frame above `boundary` (the CFA
  * of lull's outermost frame, lull_profile_set_boundary). */
 void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes);
-/* A sampled block is freed. */
+/* A sampled block is freed, or a huge block that may have been (its free
+ * asks): its sample, if any, is forgotten. */
 void lull_profile_forget(const void *p);
-/* A huge block is freed: forget it if it was sampled. */
-void lull_profile_forget_if_sampled(const void *p);
-/* Where lull's frames end on this thread's stack (see lull_profile_record). */
+/* Where lull's frames end on this thread's stack (see lull_profile_sampled). */
 extern __thread uintptr_t lull_profile_boundary;
 
 #endif

@@ -1077,15 +1077,7 @@ static bool read_report(struct kid *k, const char *until) {
 }
 
 static const char *kid_field(const struct kid *k, const char *key, char *buf, size_t len) {
-    size_t kl = strlen(key);
-    buf[0] = '\0';
-    for (const char *l = k->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-        if (strncmp(l, key, kl) == 0 && l[kl] == '=') {
-            size_t n = strcspn(l + kl + 1, "\n");
-            snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), l + kl + 1);
-            break;
-        }
-    return buf;
+    return text_field(k->out, key, buf, len);
 }
 
 static int kid_end(struct kid *k) {

@@ -24,6 +24,7 @@
 #include "lull.h"
 #include "src/counter_page.h"
 #include "tests/support/page_child.h"
+#include "tests/support/text_lines.h"
 #include "tests/support/timing.h"
 
 #include <errno.h>
@@ -125,15 +126,7 @@ static void kid_start(struct kid *k, const char *role, const char *const *vars) 
 }
 
 static const char *kid_field(const struct kid *k, const char *key, char *buf, size_t len) {
-    size_t kl = strlen(key);
-    buf[0] = '\0';
-    for (const char *l = k->out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-        if (strncmp(l, key, kl) == 0 && l[kl] == '=') {
-            size_t n = strcspn(l + kl + 1, "\n");
-            snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), l + kl + 1);
-            break;
-        }
-    return buf;
+    return text_field(k->out, key, buf, len);
 }
 
 /* Read k's report up to its ready line. */

@@ -3,6 +3,7 @@
 #ifndef LULL_TEST_TEXT_LINES_H
 #define LULL_TEST_TEXT_LINES_H
 
+#include <stdio.h>
 #include <string.h>
 
 /* The number of lines of s that contain `what`. */
@@ -16,6 +17,20 @@ static inline int count_lines_with(const char *s, const char *what) {
         l += len + (eol != NULL);
     }
     return n;
+}
+
+/* The value of the line "key=value" of text into buf (cut to len - 1
+ * bytes; "" when there is none). */
+static inline const char *text_field(const char *text, const char *key, char *buf, size_t len) {
+    size_t kl = strlen(key);
+    buf[0] = '\0';
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, key, kl) == 0 && l[kl] == '=') {
+            size_t n = strcspn(l + kl + 1, "\n");
+            snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), l + kl + 1);
+            break;
+        }
+    return buf;
 }
 
 #endif
