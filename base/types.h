@@ -271,6 +271,11 @@ typedef struct lull_heap {
     uint32_t kept_next;
     uint32_t outbox_pending; /* bit i: outbox[i] holds blocks */
     lull_outbox_slot outbox[LULL_OUTBOX_SLOTS];
+    /* src/reuse.h: blocks of other heaps' spans this thread freed and hands
+     * out again itself, a list a class (linked as in a message) */
+    lull_block *reuse[LULL_CLASSES];
+    uint16_t reuse_count[LULL_CLASSES];
+    uint32_t reuse_bytes;
     /* src/defrag.c: the heap's counters when its views were last known to
      * be right, and the views (read and written by defrag calls only) */
     uint64_t defrag_allocs, defrag_frees, defrag_taken, defrag_returned;

@@ -11,6 +11,7 @@
 #include "base/race.h"
 #include "reclaim/reclaim.h"
 #include "src/outbox.h"
+#include "src/reuse.h"
 #include "src/profile.h"
 #include "src/span_park.h"
 
@@ -160,6 +161,12 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
         while (c < lull_class_count && lull_classes[c].block_size % alignment)
             c++;
         if (c < lull_class_count) {
+            if (h->reuse[c]) {
+                lull_block *b = lull_reuse_take(h, c);
+                h->allocs++;
+                b->next_encoded = 0; /* its message mark: a free would take it for a second one */
+                return b;
+            }
             if (__builtin_expect(h->profile != NULL, 0)) {
                 void *b = lull_profile_alloc_small(h, c, size, zeroed);
                 if (!b) goto oom;
@@ -374,9 +381,20 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
         if (!owner) lull_fatal("free(): invalid pointer or double free of %p (span not in use)", p);
         lull_block *b = p;
         if (__builtin_expect(lull_block_misaligned(span, p), 0)) lull_fatal_misaligned(p, span);
-        /* freeing writes this word anyway: reading it first costs no miss */
+            /* Freeing writes this word anyway, but reading it first is a miss
+             * the store alone would not wait for: the block was last written
+             * on its owner's core (a third of bench_throughput --mode
+             * larson-live's time is this load). -DLULL_NO_DOUBLE_FREE_CHECK
+             * leaves it out here too; without malloc's clearing of the word
+             * that build makes, stale links would send most remote frees
+             * through the walks below (larson-live 110-206 ns an operation
+             * instead of 66-80). */
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
         if (__builtin_expect(lull_block_looks_free(b), 0) ||
             __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
+#else
+        if (__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
+#endif
             check_remote_double_free(span, b);
         /* remote frees go out in batches, one message per owner (outbox.h),
          * from the freeing thread's heap: a thread that only frees (a
@@ -390,6 +408,10 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
             errno = saved;
         }
         if (h != &lull_heap_empty && span->block_size >= 2 * sizeof(uintptr_t)) {
+            if (lull_reuse_put(h, b, span)) {
+                h->frees++;
+                return;
+            }
             /* the owner exited: its heap's blocks come back now, not a
              * reclaim tick later (a chain of threads, each freeing what the
              * last one made) */

@@ -7,6 +7,7 @@
 #include "reclaim/reclaim.h"
 #include "src/free_errors.h"
 #include "src/outbox.h"
+#include "src/reuse.h"
 #include "numa/home_arena.h"
 #include "base/message.h"
 #include "base/race.h"
@@ -423,6 +424,7 @@ void lull_heap_collect_remote(lull_heap *h) {
 }
 
 void lull_heap_collect(lull_heap *h, bool all) {
+    if (all) lull_reuse_flush(h); /* kept blocks of other heaps go home */
     lull_outbox_flush(h);
     lull_heap_collect_remote(h);
     if (!all) return;

@@ -19,10 +19,11 @@ extern lull_span lull_span_empty;
 extern __thread lull_heap *lull_tl_heap;
 
 /* Make s the current span of class c (and of the direct slots of its
- * sizes, unless they point at the heap profile's windows). */
+ * sizes, unless they point at the heap profile's windows, or at reuse's
+ * waiting span while the class's reuse list holds blocks: src/reuse.h). */
 static inline void lull_heap_set_current(lull_heap *h, unsigned c, lull_span *s) {
     h->current[c] = s;
-    if (h->profile) return;
+    if (h->profile || h->reuse[c]) return;
     for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
         h->direct[w] = s;
 }

@@ -8,6 +8,7 @@
 #include "numa/arena.h"
 #include "src/heap.h"
 #include "src/outbox.h"
+#include "src/reuse.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
@@ -408,6 +409,7 @@ static void run_message(unsigned n) {
  * the freer does nothing more. */
 Test(heap_threads, a_full_message_reaches_the_owner_without_the_freers_help) {
     lull_size_classes_init();
+    lull_reuse_max_bytes = 0; /* every remote free goes out in a message */
     run_message(LULL_OUTBOX_BATCH);
     cr_assert_eq(msg_used[1], msg_used[0] - LULL_OUTBOX_BATCH);
     cr_assert_eq(msg_used[2], msg_used[1]);
@@ -417,6 +419,7 @@ Test(heap_threads, a_full_message_reaches_the_owner_without_the_freers_help) {
  * batching) until the freer collects, takes a new span or exits. */
 Test(heap_threads, a_partial_message_waits_until_the_freer_sends_it) {
     lull_size_classes_init();
+    lull_reuse_max_bytes = 0; /* every remote free goes out in a message */
     run_message(LULL_OUTBOX_BATCH - 1);
     cr_assert_eq(msg_used[1], msg_used[0], "frees came back before the freer sent them");
     cr_assert_eq(msg_used[2], msg_used[0] - (LULL_OUTBOX_BATCH - 1));
@@ -459,6 +462,7 @@ static void *back_freer(void *arg) {
 
 Test(heap_threads, a_thread_that_only_frees_gets_back_what_was_sent_to_it) {
     lull_size_classes_init();
+    lull_reuse_max_bytes = 0; /* every remote free goes out in a message */
     run_pair(&back_bar, back_owner, back_freer);
     cr_log_info("used %u before its own send, %u after", back_used[0], back_used[1]);
     cr_assert_eq(back_used[0], LULL_OUTBOX_BATCH + 1, "applied before the owner did anything");

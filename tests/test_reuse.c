@@ -1,0 +1,183 @@
+/* Reuse lists (src/reuse.h): a thread that frees blocks of another heap's
+ * spans hands them out again itself, still counted in use in their spans;
+ * the lists are bounded, go home at a collect, and every block on them is
+ * marked, so that a second free aborts (tests/test_free_errors.c has the
+ * aborts). The main thread owns the blocks; one thread at a time frees. */
+#define _GNU_SOURCE
+#include "lull.h"
+#include "src/heap.h"
+#include "src/reuse.h"
+#include "src/size_class.h"
+#include "src/span.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SIZE 256
+#define N 8
+
+static void *owned[64];
+static void *got[64];
+static unsigned n_owned;
+
+static void run_thread(void *(*fn)(void *)) {
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fn, NULL), 0);
+    pthread_join(t, NULL);
+}
+
+static lull_span *span_of(void *p) {
+    return lull_span_of(lull_segment_of(p), p);
+}
+
+static void allocate_owned(unsigned n, size_t size) {
+    n_owned = n;
+    for (unsigned i = 0; i < n; i++) {
+        owned[i] = lull_malloc(size);
+        cr_assert_not_null(owned[i]);
+        memset(owned[i], 0xab, size);
+    }
+}
+
+/* ---- the freeing thread hands the blocks out again ------------------------ */
+
+static uint32_t used_after_frees;
+
+static void *free_then_malloc(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(8)); /* a heap of its own */
+    for (unsigned i = 0; i < n_owned; i++)
+        lull_free(owned[i]);
+    used_after_frees = lull_span_used(span_of(owned[0]));
+    for (unsigned i = 0; i < n_owned; i++)
+        got[i] = lull_malloc(SIZE);
+    for (unsigned i = 0; i < n_owned; i++)
+        lull_free(got[i]); /* its owner's blocks again: kept, then sent home at exit */
+    return NULL;
+}
+
+Test(reuse, blocks_freed_by_another_thread_are_handed_out_again_by_it) {
+    allocate_owned(N, SIZE);
+    uint32_t used = lull_span_used(span_of(owned[0]));
+    run_thread(free_then_malloc);
+    /* still counted in use in the owner's span while the freer held them */
+    cr_assert_eq(used_after_frees, used);
+    /* last freed, first handed out */
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_eq(got[i], owned[N - 1 - i], "malloc %u: %p, not the block freed %u-th (%p)", i,
+                     got[i], N - i, owned[N - 1 - i]);
+    /* the freer's exit sent them home: the owner's collect applies them */
+    lull_thread_collect();
+    cr_assert_eq(lull_span_used(span_of(owned[0])), used - N);
+}
+
+/* ---- calloc of a reused block is zeroed ----------------------------------- */
+
+static void *free_then_calloc(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(8));
+    for (unsigned i = 0; i < n_owned; i++)
+        lull_free(owned[i]);
+    for (unsigned i = 0; i < n_owned; i++)
+        got[i] = lull_calloc(1, SIZE);
+    return NULL;
+}
+
+Test(reuse, calloc_of_a_reused_block_is_zeroed) {
+    allocate_owned(N, SIZE);
+    run_thread(free_then_calloc);
+    for (unsigned i = 0; i < N; i++) {
+        cr_assert_eq(got[i], owned[N - 1 - i]);
+        const uint8_t *p = got[i];
+        for (unsigned k = 0; k < SIZE; k++)
+            cr_assert_eq(p[k], 0, "block %u, byte %u: %#x", i, k, p[k]);
+        lull_free(got[i]);
+    }
+}
+
+/* ---- bounds --------------------------------------------------------------- */
+
+static unsigned kept_count, kept_bytes;
+static unsigned class_of_size;
+
+static void *free_all_and_look(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(8));
+    for (unsigned i = 0; i < n_owned; i++)
+        lull_free(owned[i]);
+    lull_heap *h = lull_tl_heap;
+    kept_count = h->reuse_count[class_of_size];
+    kept_bytes = h->reuse_bytes;
+    return NULL;
+}
+
+Test(reuse, a_class_keeps_at_most_its_block_bound) {
+    allocate_owned(LULL_REUSE_MAX_BLOCKS + 8, SIZE);
+    class_of_size = lull_class_of(SIZE);
+    run_thread(free_all_and_look);
+    cr_assert_eq(kept_count, LULL_REUSE_MAX_BLOCKS);
+    cr_assert_eq(kept_bytes, LULL_REUSE_MAX_BLOCKS * lull_classes[class_of_size].block_size);
+    lull_thread_collect();
+}
+
+Test(reuse, a_heap_keeps_at_most_its_byte_bound) {
+    enum { BIG = 8192 };
+    allocate_owned(LULL_REUSE_MAX_BLOCKS, BIG);
+    class_of_size = lull_class_of(BIG);
+    run_thread(free_all_and_look);
+    uint32_t bs = lull_classes[class_of_size].block_size;
+    cr_assert_eq(kept_count, LULL_REUSE_MAX_BYTES / bs);
+    cr_assert_leq(kept_bytes, LULL_REUSE_MAX_BYTES);
+    lull_thread_collect();
+}
+
+/* ---- a collect sends them home -------------------------------------------- */
+
+static void *free_then_collect(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(8));
+    for (unsigned i = 0; i < n_owned; i++)
+        lull_free(owned[i]);
+    used_after_frees = lull_span_used(span_of(owned[0]));
+    lull_thread_collect();
+    kept_bytes = lull_tl_heap->reuse_bytes;
+    return NULL;
+}
+
+Test(reuse, a_collect_sends_the_kept_blocks_to_their_owner) {
+    allocate_owned(N, SIZE);
+    uint32_t used = lull_span_used(span_of(owned[0]));
+    run_thread(free_then_collect);
+    cr_assert_eq(used_after_frees, used, "the frees came back before the freer sent them");
+    cr_assert_eq(kept_bytes, 0);
+    lull_thread_collect(); /* the owner applies its inbox */
+    cr_assert_eq(lull_span_used(span_of(owned[0])), used - N);
+}
+
+/* ---- the direct table ----------------------------------------------------- */
+
+static bool direct_waiting, direct_back;
+
+static void *look_at_direct(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(SIZE));
+    lull_heap *h = lull_tl_heap;
+    unsigned c = lull_class_of(SIZE), w = (SIZE + 7) >> 3;
+    lull_free(owned[0]);
+    direct_waiting = h->direct[w] != h->current[c] && h->direct[w]->free == NULL;
+    got[0] = lull_malloc(SIZE);
+    direct_back = h->direct[w] == h->current[c];
+    lull_free(got[0]);
+    lull_thread_collect();
+    return NULL;
+}
+
+Test(reuse, malloc_takes_the_slow_path_only_while_a_list_holds_blocks) {
+    allocate_owned(1, SIZE);
+    run_thread(look_at_direct);
+    cr_assert(direct_waiting, "direct[] still led to the current span with a block kept");
+    cr_assert(direct_back, "direct[] did not lead to the current span again");
+    cr_assert_eq(got[0], owned[0]);
+}
