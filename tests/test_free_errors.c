@@ -445,6 +445,37 @@ Test(free_errors, double_free_between_other_frees_from_another_thread, .init = w
     lull_free(b);
 }
 
+/* Another thread frees a (it keeps it on its reuse list, src/reuse.h: marked
+ * as in a message), then the owner frees it: the owner's free sees the mark */
+static void *g_kept;
+
+static void *free_g_kept(void *unused) {
+    (void)unused;
+    lull_free(g_kept);
+    atomic_store(&g_remote_done, 1);
+    for (;;)
+        pause(); /* holds its reuse list: never collects, never exits */
+    return NULL;
+}
+
+static void owner_frees_after_another_thread(void *unused) {
+    (void)unused;
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_g_kept, NULL) != 0) _exit(5);
+    while (!atomic_load(&g_remote_done))
+        sched_yield();
+    lull_free(g_kept);
+}
+
+Test(free_errors, double_free_by_the_owner_of_a_block_another_thread_keeps, .init = warm) {
+    g_kept = lull_malloc(100);
+    child_result r;
+    run_in_child(owner_frees_after_another_thread, NULL, &r);
+    expect_abort(&r, g_kept, "double free");
+    cr_assert_not_null(strstr(r.err, "then by its owner"), "stderr: '%s'", r.err);
+    lull_free(g_kept);
+}
+
 /* ---- configuration errors ----------------------------------------------- */
 
 /* Run fn with stderr going to a pipe in this process; return the text. */
