@@ -136,19 +136,6 @@ _Static_assert(offsetof(lull_span, free) == 64, "what free() reads fills the fir
 
 #define LULL_REMOTE_QUEUED ((uintptr_t)1)
 
-/* Out-of-band slice state: a slice is IN_USE exactly when its bit is set in
- * none of these maps. A request thread claims a free slice by atomically
- * clearing its bit in dirty/clean/warm; the reclaim thread claims a dirty
- * slice by atomically clearing its dirty bit and setting its purging bit, so
- * exactly one of them wins and nothing hands out a PURGING slice. */
-typedef struct lull_slice_maps {
-    _Atomic uint64_t dirty[LULL_SLICE_WORDS];   /* FREE_DIRTY: free, maybe resident */
-    _Atomic uint64_t purging[LULL_SLICE_WORDS]; /* PURGING: claimed by the reclaim thread */
-    _Atomic uint64_t clean[LULL_SLICE_WORDS];   /* FREE_CLEAN: purged or never touched */
-    _Atomic uint64_t lazy[LULL_SLICE_WORDS];    /* subset of clean: MADV_FREE, not zeroed */
-    _Atomic uint64_t warm[LULL_SLICE_WORDS];    /* WARM: clean, prefaulted by the reserve */
-} lull_slice_maps;
-
 #define LULL_SEGMENT_MAGIC 0x6c756c6c5345474dULL /* "lullSEGM" */
 #define LULL_HUGE_MAGIC 0x6c756c6c48554745ULL    /* "lullHUGE" */
 
@@ -214,7 +201,7 @@ typedef struct lull_segment {
     struct lull_segment *next; /* arena's list */
     int node;
     uint32_t index; /* creation order in the arena */
-    _Alignas(64) lull_slice_maps maps;
+    _Alignas(64) uint8_t slice_maps_part[LULL_META_SLICE_MAPS_BYTES]; /* numa/slice_state.h */
     _Atomic uint32_t freed_ms[LULL_SLICES];  /* when each slice became free (0: never used) */
     _Atomic uint32_t purged_ms[LULL_SLICES]; /* when it was last purged (0: not since use) */
     _Atomic uint64_t refault_watch[LULL_SLICE_WORDS]; /* reused after a purge: scan its pages */
@@ -241,7 +228,7 @@ typedef struct lull_segment {
     _Alignas(64) lull_span slices[LULL_SLICES];
 } lull_segment;
 
-_Static_assert(offsetof(lull_segment, maps) == LULL_META_SLICE_MAPS_AT &&
+_Static_assert(offsetof(lull_segment, slice_maps_part) == LULL_META_SLICE_MAPS_AT &&
                    offsetof(lull_segment, freed_ms) == LULL_META_SLICE_HISTORY_AT &&
                    offsetof(lull_segment, refault_registered) == LULL_META_REFAULT_AT &&
                    offsetof(lull_segment, page_state) == LULL_META_PARKED_PAGES_AT &&
@@ -253,6 +240,12 @@ _Static_assert(offsetof(lull_segment, maps) == LULL_META_SLICE_MAPS_AT &&
 _Static_assert((LULL_SLICES - 1) * sizeof(lull_span) < 65536, "span_head offsets must fit 16 bits");
 _Static_assert(sizeof(lull_segment) <= LULL_META_SLICES * LULL_SLICE_SIZE,
                "segment metadata must fit in its metadata slices");
+
+/* The part of s at offset `at` (LULL_META_*_AT): for the accessor of the
+ * module that owns it. */
+static inline void *lull_segment_part(const lull_segment *s, size_t at) {
+    return (char *)s + at;
+}
 
 /* A huge block's mapping starts with this header, at a 32 MiB boundary. */
 typedef struct lull_huge {

@@ -174,7 +174,9 @@ Test(free_errors, free_of_a_pointer_into_free_slices, .init = warm) {
     int free_slice = -1;
     for (unsigned i = LULL_SLICES - 1; i > LULL_META_SLICES; i--) {
         uint64_t bit = (uint64_t)1 << (i % 64);
-        if ((atomic_load(&seg->maps.clean[i / 64]) | atomic_load(&seg->maps.dirty[i / 64])) & bit) {
+        if ((atomic_load(&lull_slice_maps_of(seg)->clean[i / 64]) |
+             atomic_load(&lull_slice_maps_of(seg)->dirty[i / 64])) &
+            bit) {
             free_slice = (int)i;
             break;
         }

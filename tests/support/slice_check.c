@@ -17,7 +17,7 @@ typedef struct {
 
 static word_state load_word(const lull_segment *s, unsigned w) {
     /* the maps are _Atomic; const-casting only to load them */
-    lull_slice_maps *m = (lull_slice_maps *)&s->maps;
+    lull_slice_maps *m = lull_slice_maps_of(s);
     word_state ws;
     ws.map[DIRTY] = atomic_load_explicit(&m->dirty[w], memory_order_acquire);
     ws.map[PURGING] = atomic_load_explicit(&m->purging[w], memory_order_acquire);
