@@ -202,9 +202,7 @@ typedef struct lull_segment {
     int node;
     uint32_t index; /* creation order in the arena */
     _Alignas(64) uint8_t slice_maps_part[LULL_META_SLICE_MAPS_BYTES]; /* numa/slice_state.h */
-    _Atomic uint32_t freed_ms[LULL_SLICES];  /* when each slice became free (0: never used) */
-    _Atomic uint32_t purged_ms[LULL_SLICES]; /* when it was last purged (0: not since use) */
-    _Atomic uint64_t refault_watch[LULL_SLICE_WORDS]; /* reused after a purge: scan its pages */
+    uint8_t slice_history_part[LULL_META_SLICE_HISTORY_BYTES];        /* numa/slice_history.h */
     _Alignas(64) _Atomic uint8_t refault_registered; /* whole segment registered with userfaultfd */
     /* pages of in-use small spans given to the reclaim thread while their
      * span stays in use (numa/page_park.h): 2 bits a page, a word a slice */
@@ -229,7 +227,7 @@ typedef struct lull_segment {
 } lull_segment;
 
 _Static_assert(offsetof(lull_segment, slice_maps_part) == LULL_META_SLICE_MAPS_AT &&
-                   offsetof(lull_segment, freed_ms) == LULL_META_SLICE_HISTORY_AT &&
+                   offsetof(lull_segment, slice_history_part) == LULL_META_SLICE_HISTORY_AT &&
                    offsetof(lull_segment, refault_registered) == LULL_META_REFAULT_AT &&
                    offsetof(lull_segment, page_state) == LULL_META_PARKED_PAGES_AT &&
                    offsetof(lull_segment, thp_huge) == LULL_META_THP_AT &&

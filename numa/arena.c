@@ -1,6 +1,7 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
 #include "numa/thp.h"
+#include "numa/slice_history.h"
 #include "numa/slice_state.h"
 #include "base/bitmap.h"
 #include "base/os.h"
@@ -79,14 +80,16 @@ static lull_segment *segment_create(lull_arena *a) {
  * whether it had been purged meanwhile (a wasted purge). Slices that were
  * freed at the same moment are recorded together. */
 static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint64_t *lazy) {
+    lull_slice_history *history = lull_slice_history_of(s);
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n;) {
-        uint32_t freed = atomic_load_explicit(&s->freed_ms[i], memory_order_relaxed);
-        uint32_t purged = atomic_load_explicit(&s->purged_ms[i], memory_order_relaxed);
+        uint32_t freed = atomic_load_explicit(&history->freed_ms[i], memory_order_relaxed);
+        uint32_t purged = atomic_load_explicit(&history->purged_ms[i], memory_order_relaxed);
         unsigned j = i + 1;
         while (j < first + n &&
-               atomic_load_explicit(&s->freed_ms[j], memory_order_relaxed) == freed &&
-               (atomic_load_explicit(&s->purged_ms[j], memory_order_relaxed) != 0) == (purged != 0))
+               atomic_load_explicit(&history->freed_ms[j], memory_order_relaxed) == freed &&
+               (atomic_load_explicit(&history->purged_ms[j], memory_order_relaxed) != 0) ==
+                   (purged != 0))
             j++;
         /* the refault monitor looks at which of its pages come back; not for
          * MADV_FREE'd slices, whose pages may simply still be there (a
@@ -96,7 +99,8 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
                 unsigned off = k % 64, cnt = 64 - off < j - k ? 64 - off : j - k;
                 uint64_t bits = lull_bits_mask(off, cnt) & ~lazy[k / 64];
                 if (bits)
-                    atomic_fetch_or_explicit(&s->refault_watch[k / 64], bits, memory_order_relaxed);
+                    atomic_fetch_or_explicit(&history->refault_watch[k / 64], bits,
+                                             memory_order_relaxed);
                 k += cnt;
             }
         if (freed) /* 0: never used since the segment was mapped */
@@ -216,13 +220,14 @@ void lull_arena_free_span(lull_span *span) {
     lull_segment *s = (lull_segment *)((uintptr_t)span & ~LULL_SEGMENT_MASK);
     unsigned first = (unsigned)(span - s->slices);
     unsigned n = span->slice_count;
+    lull_slice_history *history = lull_slice_history_of(s);
     span->kind = LULL_SPAN_NONE;
     atomic_store_explicit(&span->heap, NULL, memory_order_relaxed);
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n; i++) {
         s->span_head[i] = 0; /* a stale pointer into it now finds no span */
-        atomic_store_explicit(&s->freed_ms[i], now, memory_order_relaxed);
-        atomic_store_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&history->freed_ms[i], now, memory_order_relaxed);
+        atomic_store_explicit(&history->purged_ms[i], 0, memory_order_relaxed);
     }
     lull_slices_give_back(s, first, n);
     NOTIFY(span_given_back);
@@ -246,7 +251,8 @@ static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
             uint64_t old_enough = any_age ? d : 0;
             for (uint64_t bits = any_age ? 0 : d; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
-                uint32_t t = atomic_load_explicit(&s->freed_ms[w * 64 + b], memory_order_relaxed);
+                uint32_t t = atomic_load_explicit(&lull_slice_history_of(s)->freed_ms[w * 64 + b],
+                                                  memory_order_relaxed);
                 if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
             }
             if (!old_enough) continue;
@@ -279,7 +285,8 @@ size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     uint32_t now = lull_now_ms();
     for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
-        atomic_store_explicit(&r->segment->purged_ms[i], now, memory_order_relaxed);
+        atomic_store_explicit(&lull_slice_history_of(r->segment)->purged_ms[i], now,
+                              memory_order_relaxed);
     NOTIFY(purged, r->count);
     lull_slices_finish(r, lazy ? LULL_SLICES_CLEAN_LAZY : LULL_SLICES_CLEAN);
 }
@@ -296,7 +303,8 @@ static size_t claim_lazy(lull_arena *a, uint32_t purged_before_ms, bool any_age,
             uint64_t old = any_age ? lazy : 0;
             for (uint64_t bits = any_age ? 0 : lazy; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
-                uint32_t t = atomic_load_explicit(&s->purged_ms[w * 64 + b], memory_order_relaxed);
+                uint32_t t = atomic_load_explicit(&lull_slice_history_of(s)->purged_ms[w * 64 + b],
+                                                  memory_order_relaxed);
                 if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
             }
             if (!old) continue;

@@ -1,6 +1,7 @@
 /* Refault monitor driving; see refault.h. Reclaim thread only. */
 #include "reclaim/refault.h"
 #include "numa/arena.h"
+#include "numa/slice_history.h"
 #include "numa/slice_state.h"
 #include "reclaim/policy.h"
 #include "reclaim/uffd.h"
@@ -62,11 +63,13 @@ static void record(uint64_t pages, uint32_t distance_ms) {
 /* Slices taken again after a purge: how many of their pages are back. */
 static void scan_segment(lull_segment *s, uint32_t now) {
     struct page_region regions[SCAN_REGIONS];
+    lull_slice_history *history = lull_slice_history_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-        uint64_t watch = atomic_load_explicit(&s->refault_watch[w], memory_order_relaxed);
+        uint64_t watch = atomic_load_explicit(&history->refault_watch[w], memory_order_relaxed);
         if (!watch) continue;
         uint64_t got =
-            atomic_fetch_and_explicit(&s->refault_watch[w], ~watch, memory_order_relaxed) & watch;
+            atomic_fetch_and_explicit(&history->refault_watch[w], ~watch, memory_order_relaxed) &
+            watch;
         uint64_t in_use = ~lull_slices_free_word(s, w);
         got &= in_use; /* freed again since: nothing to learn */
         while (got) {
@@ -74,7 +77,8 @@ static void scan_segment(lull_segment *s, uint32_t now) {
             uint64_t rest = ~(got >> b);
             unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
             unsigned slice = w * 64 + b;
-            uint32_t purged = atomic_load_explicit(&s->purged_ms[slice], memory_order_relaxed);
+            uint32_t purged =
+                atomic_load_explicit(&history->purged_ms[slice], memory_order_relaxed);
             /* a full region vector stops the walk early (scattered pages
              * are one region each): go on from where it stopped */
             uintptr_t at = (uintptr_t)lull_slice_address(s, slice);

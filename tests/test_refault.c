@@ -34,6 +34,8 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "numa/arena.h"
+#include "numa/slice_history.h"
+#include "numa/slice_state.h"
 #include "base/linux_compat.h"
 #include "tests/support/reclaim_hold.h"
 #include "tests/support/reexec.h"
@@ -214,7 +216,7 @@ static void check_armed(uint64_t *slices, uint64_t *unarmed) {
         for (lull_segment *sg = atomic_load(&lull_arenas[a].segments); sg; sg = sg->next)
             for (unsigned i = LULL_META_SLICES; i < LULL_SLICES; i++) {
                 bool clean = atomic_load(&lull_slice_maps_of(sg)->clean[i / 64]) >> (i % 64) & 1;
-                if (!clean || atomic_load(&sg->purged_ms[i]) == 0) continue;
+                if (!clean || atomic_load(&lull_slice_history_of(sg)->purged_ms[i]) == 0) continue;
                 struct page_region v[PAGES_PER_BLOCK];
                 struct pm_scan_arg arg;
                 memset(&arg, 0, sizeof arg);
