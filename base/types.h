@@ -159,7 +159,7 @@ _Static_assert(offsetof(lull_span, free) == 64, "what free() reads fills the fir
 #define LULL_META_SLICE_HISTORY_AT (LULL_META_SLICE_MAPS_AT + LULL_META_SLICE_MAPS_BYTES)
 #define LULL_META_SLICE_HISTORY_BYTES                                                              \
     (2 * LULL_SLICES * sizeof(uint32_t) + LULL_SLICE_WORDS * sizeof(uint64_t))
-/* reclaim/refault.h: whether the refault monitor registered the segment */
+/* reclaim/refault.c: whether the refault monitor registered the segment */
 #define LULL_META_REFAULT_AT (LULL_META_SLICE_HISTORY_AT + LULL_META_SLICE_HISTORY_BYTES)
 #define LULL_META_REFAULT_BYTES 64
 /* numa/parked_pages.h: the page states of in-use spans (a word a slice), the
@@ -203,7 +203,7 @@ typedef struct lull_segment {
     uint32_t index; /* creation order in the arena */
     _Alignas(64) uint8_t slice_maps_part[LULL_META_SLICE_MAPS_BYTES]; /* numa/slice_state.h */
     uint8_t slice_history_part[LULL_META_SLICE_HISTORY_BYTES];        /* numa/slice_history.h */
-    _Alignas(64) _Atomic uint8_t refault_registered; /* whole segment registered with userfaultfd */
+    _Alignas(64) uint8_t refault_part[LULL_META_REFAULT_BYTES];       /* reclaim/refault.c */
     /* pages of in-use small spans given to the reclaim thread while their
      * span stays in use (numa/page_park.h): 2 bits a page, a word a slice */
     _Alignas(64) _Atomic uint32_t page_state[LULL_SLICES];
@@ -228,7 +228,7 @@ typedef struct lull_segment {
 
 _Static_assert(offsetof(lull_segment, slice_maps_part) == LULL_META_SLICE_MAPS_AT &&
                    offsetof(lull_segment, slice_history_part) == LULL_META_SLICE_HISTORY_AT &&
-                   offsetof(lull_segment, refault_registered) == LULL_META_REFAULT_AT &&
+                   offsetof(lull_segment, refault_part) == LULL_META_REFAULT_AT &&
                    offsetof(lull_segment, page_state) == LULL_META_PARKED_PAGES_AT &&
                    offsetof(lull_segment, thp_huge) == LULL_META_THP_AT &&
                    offsetof(lull_segment, park_meta) == LULL_META_PARK_ROWS_AT &&
