@@ -201,14 +201,10 @@ typedef struct lull_segment {
     struct lull_segment *next; /* arena's list */
     int node;
     uint32_t index; /* creation order in the arena */
-    _Alignas(64) uint8_t slice_maps_part[LULL_META_SLICE_MAPS_BYTES]; /* numa/slice_state.h */
-    uint8_t slice_history_part[LULL_META_SLICE_HISTORY_BYTES];        /* numa/slice_history.h */
-    _Alignas(64) uint8_t refault_part[LULL_META_REFAULT_BYTES];       /* reclaim/refault.c */
-    /* pages of in-use small spans given to the reclaim thread while their
-     * span stays in use (numa/page_park.h): 2 bits a page, a word a slice */
-    _Alignas(64) _Atomic uint32_t page_state[LULL_SLICES];
-    _Atomic uint64_t parked_slices[LULL_SLICE_WORDS]; /* slices with a PENDING page */
-    _Atomic uint32_t parked_ms[LULL_SLICES];          /* when a page of it was last parked */
+    _Alignas(64) uint8_t slice_maps_part[LULL_META_SLICE_MAPS_BYTES];     /* numa/slice_state.h */
+    uint8_t slice_history_part[LULL_META_SLICE_HISTORY_BYTES];            /* numa/slice_history.h */
+    _Alignas(64) uint8_t refault_part[LULL_META_REFAULT_BYTES];           /* reclaim/refault.c */
+    _Alignas(64) uint8_t parked_pages_part[LULL_META_PARKED_PAGES_BYTES]; /* numa/parked_pages.h */
     /* numa/thp.h: bit r, the 2 MiB region r was collapsed into a huge page
      * and is not split since (the reclaim thread's only) */
     _Alignas(64) _Atomic uint16_t thp_huge;
@@ -229,7 +225,7 @@ typedef struct lull_segment {
 _Static_assert(offsetof(lull_segment, slice_maps_part) == LULL_META_SLICE_MAPS_AT &&
                    offsetof(lull_segment, slice_history_part) == LULL_META_SLICE_HISTORY_AT &&
                    offsetof(lull_segment, refault_part) == LULL_META_REFAULT_AT &&
-                   offsetof(lull_segment, page_state) == LULL_META_PARKED_PAGES_AT &&
+                   offsetof(lull_segment, parked_pages_part) == LULL_META_PARKED_PAGES_AT &&
                    offsetof(lull_segment, thp_huge) == LULL_META_THP_AT &&
                    offsetof(lull_segment, park_meta) == LULL_META_PARK_ROWS_AT &&
                    offsetof(lull_segment, span_head) == LULL_META_SPAN_TABLE_AT &&

@@ -2,6 +2,7 @@
 #include "numa/thp.h"
 #include "base/config.h"
 #include "base/os.h"
+#include "numa/parked_pages.h"
 #include "numa/slice_state.h"
 
 #include <errno.h>
@@ -109,7 +110,8 @@ static bool dense(const lull_segment *s, unsigned r) {
     unsigned w = r / 2, h = r % 2;
     if ((lull_slices_free_word(s, w) >> (32 * h)) & HALF) return false;
     for (unsigned i = r * LULL_THP_REGION_SLICES; i < (r + 1) * LULL_THP_REGION_SLICES; i++)
-        if (atomic_load_explicit(&s->page_state[i], memory_order_relaxed)) return false;
+        if (atomic_load_explicit(&lull_parked_pages_of(s)->page_state[i], memory_order_relaxed))
+            return false;
     return true;
 }
 
