@@ -205,10 +205,7 @@ typedef struct lull_segment {
     uint8_t slice_history_part[LULL_META_SLICE_HISTORY_BYTES];            /* numa/slice_history.h */
     _Alignas(64) uint8_t refault_part[LULL_META_REFAULT_BYTES];           /* reclaim/refault.c */
     _Alignas(64) uint8_t parked_pages_part[LULL_META_PARKED_PAGES_BYTES]; /* numa/parked_pages.h */
-    /* numa/thp.h: bit r, the 2 MiB region r was collapsed into a huge page
-     * and is not split since (the reclaim thread's only) */
-    _Alignas(64) _Atomic uint16_t thp_huge;
-    uint8_t thp_advised; /* thp=always: MADV_HUGEPAGE given (the reclaim thread's) */
+    _Alignas(64) uint8_t thp_part[LULL_META_THP_BYTES];                   /* numa/thp.h */
     /* a parking span's free bitmap and page live counts (src/span_park.c),
      * the rows of its slices together; the owner's */
     _Alignas(64) uint8_t park_meta[LULL_SLICES][LULL_PARK_META_BYTES];
@@ -226,7 +223,7 @@ _Static_assert(offsetof(lull_segment, slice_maps_part) == LULL_META_SLICE_MAPS_A
                    offsetof(lull_segment, slice_history_part) == LULL_META_SLICE_HISTORY_AT &&
                    offsetof(lull_segment, refault_part) == LULL_META_REFAULT_AT &&
                    offsetof(lull_segment, parked_pages_part) == LULL_META_PARKED_PAGES_AT &&
-                   offsetof(lull_segment, thp_huge) == LULL_META_THP_AT &&
+                   offsetof(lull_segment, thp_part) == LULL_META_THP_AT &&
                    offsetof(lull_segment, park_meta) == LULL_META_PARK_ROWS_AT &&
                    offsetof(lull_segment, span_head) == LULL_META_SPAN_TABLE_AT &&
                    offsetof(lull_segment, slices) == LULL_META_SPAN_TABLE_AT + 2 * LULL_SLICES,

@@ -52,11 +52,12 @@ lull_thp_state lull_thp_state_now(void) {
 }
 
 static uint16_t huge_bits(const lull_segment *s) {
-    return atomic_load_explicit(&s->thp_huge, memory_order_relaxed);
+    return atomic_load_explicit(&lull_thp_regions_of(s)->huge, memory_order_relaxed);
 }
 
 static void clear_huge(lull_segment *s, unsigned r) {
-    atomic_fetch_and_explicit(&s->thp_huge, (uint16_t) ~(1u << r), memory_order_relaxed);
+    atomic_fetch_and_explicit(&lull_thp_regions_of(s)->huge, (uint16_t) ~(1u << r),
+                              memory_order_relaxed);
     atomic_fetch_sub_explicit(&n_huge_regions, 1, memory_order_relaxed);
 }
 
@@ -142,9 +143,9 @@ unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
      * thread's first touch of a region may then fault 2 MiB: the user's
      * choice). Advised here, by the reclaim thread: request threads never
      * madvise. */
-    if (lull_config.thp == LULL_THP_ALWAYS && !s->thp_advised) {
+    if (lull_config.thp == LULL_THP_ALWAYS && !lull_thp_regions_of(s)->advised) {
         lull_os_advise_huge(s, LULL_SEGMENT_SIZE);
-        s->thp_advised = 1;
+        lull_thp_regions_of(s)->advised = 1;
     }
     /* resting after failures: retrying at every busy tick would keep this
      * thread spinning */
@@ -174,7 +175,8 @@ unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
             continue;
         }
         atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
-        atomic_fetch_or_explicit(&s->thp_huge, (uint16_t)(1u << r), memory_order_relaxed);
+        atomic_fetch_or_explicit(&lull_thp_regions_of(s)->huge, (uint16_t)(1u << r),
+                                 memory_order_relaxed);
         atomic_fetch_add_explicit(&n_huge_regions, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&n_collapses, 1, memory_order_relaxed);
     }
