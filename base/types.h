@@ -124,7 +124,7 @@ typedef struct lull_span {
     uint32_t park_at;
     uint16_t parked_pages; /* pages of the span not NONE in page_state */
     /* parking: the free list is dissolved into the span's free bitmap and
-     * page live counts (park_meta of its segment) */
+     * page live counts (its segment's parking rows, src/span_park.c) */
     uint16_t parking; /* 1 while parking */
     /* large: the block is a heap profile sample (src/profile.h), which
      * its free forgets */
@@ -170,7 +170,7 @@ _Static_assert(offsetof(lull_span, free) == 64, "what free() reads fills the fir
 /* numa/thp.h: which 2 MiB regions are huge pages */
 #define LULL_META_THP_AT (LULL_META_PARKED_PAGES_AT + LULL_META_PARKED_PAGES_BYTES)
 #define LULL_META_THP_BYTES 64
-/* src/span_park.h: each slice's row of parking metadata */
+/* src/span_park.c: each slice's row of parking metadata */
 #define LULL_META_PARK_ROWS_AT (LULL_META_THP_AT + LULL_META_THP_BYTES)
 #define LULL_META_PARK_ROWS_BYTES (LULL_SLICES * LULL_PARK_META_BYTES)
 /* numa/span_table.h: which span covers each slice (16 bits a slice), and
@@ -206,9 +206,7 @@ typedef struct lull_segment {
     _Alignas(64) uint8_t refault_part[LULL_META_REFAULT_BYTES];           /* reclaim/refault.c */
     _Alignas(64) uint8_t parked_pages_part[LULL_META_PARKED_PAGES_BYTES]; /* numa/parked_pages.h */
     _Alignas(64) uint8_t thp_part[LULL_META_THP_BYTES];                   /* numa/thp.h */
-    /* a parking span's free bitmap and page live counts (src/span_park.c),
-     * the rows of its slices together; the owner's */
-    _Alignas(64) uint8_t park_meta[LULL_SLICES][LULL_PARK_META_BYTES];
+    _Alignas(64) uint8_t park_rows_part[LULL_META_PARK_ROWS_BYTES];       /* src/span_park.c */
     /* slice -> byte offset, from slices[0], of the descriptor of the span
      * that covers it; 0 (slices[0], the metadata slice's: never a span) for
      * a free slice. A table, not a distance stored in every descriptor,
@@ -224,7 +222,7 @@ _Static_assert(offsetof(lull_segment, slice_maps_part) == LULL_META_SLICE_MAPS_A
                    offsetof(lull_segment, refault_part) == LULL_META_REFAULT_AT &&
                    offsetof(lull_segment, parked_pages_part) == LULL_META_PARKED_PAGES_AT &&
                    offsetof(lull_segment, thp_part) == LULL_META_THP_AT &&
-                   offsetof(lull_segment, park_meta) == LULL_META_PARK_ROWS_AT &&
+                   offsetof(lull_segment, park_rows_part) == LULL_META_PARK_ROWS_AT &&
                    offsetof(lull_segment, span_head) == LULL_META_SPAN_TABLE_AT &&
                    offsetof(lull_segment, slices) == LULL_META_SPAN_TABLE_AT + 2 * LULL_SLICES,
                "each part of the segment's metadata where the table above puts it");
