@@ -62,9 +62,9 @@ typedef enum {
 struct lull_heap;
 struct lull_arena;
 
-/* Span descriptor: slices[i] of the segment describes the span whose head is
- * slice i; the segment's span_head table leads from any slice of a span to
- * its head.
+/* Span descriptor: slices[i] of the segment's span table (numa/span_table.h)
+ * describes the span whose head is slice i; the table's span_head leads
+ * from any slice of a span to its head.
  *
  * 128 bytes, two lines in a line-aligned array. The first holds what every
  * free() reads to find the owner and check the pointer, written only when
@@ -195,40 +195,16 @@ _Static_assert(LULL_META_SLICE_HISTORY_AT % 64 == 0 && LULL_META_REFAULT_AT % 64
                        LULL_META_##part##_AT % _Alignof(type) == 0,                                \
                    #type " fits its place in the segment's metadata (base/types.h)")
 
+/* The segment's header: the rest of its metadata is its modules' parts,
+ * at the offsets above. */
 typedef struct lull_segment {
     uint64_t magic;
     struct lull_arena *arena;
     struct lull_segment *next; /* arena's list */
     int node;
     uint32_t index; /* creation order in the arena */
-    _Alignas(64) uint8_t slice_maps_part[LULL_META_SLICE_MAPS_BYTES];     /* numa/slice_state.h */
-    uint8_t slice_history_part[LULL_META_SLICE_HISTORY_BYTES];            /* numa/slice_history.h */
-    _Alignas(64) uint8_t refault_part[LULL_META_REFAULT_BYTES];           /* reclaim/refault.c */
-    _Alignas(64) uint8_t parked_pages_part[LULL_META_PARKED_PAGES_BYTES]; /* numa/parked_pages.h */
-    _Alignas(64) uint8_t thp_part[LULL_META_THP_BYTES];                   /* numa/thp.h */
-    _Alignas(64) uint8_t park_rows_part[LULL_META_PARK_ROWS_BYTES];       /* src/span_park.c */
-    /* slice -> byte offset, from slices[0], of the descriptor of the span
-     * that covers it; 0 (slices[0], the metadata slice's: never a span) for
-     * a free slice. A table, not a distance stored in every descriptor,
-     * makes free() find its span in one load and one add (11 instructions
-     * fewer than a distance in descriptors of 96 bytes, callgrind), and zero
-     * memory (a fresh segment, a huge block's header) reads as "no span". */
-    _Alignas(64) uint16_t span_head[LULL_SLICES];
-    _Alignas(64) lull_span slices[LULL_SLICES];
 } lull_segment;
-
-_Static_assert(offsetof(lull_segment, slice_maps_part) == LULL_META_SLICE_MAPS_AT &&
-                   offsetof(lull_segment, slice_history_part) == LULL_META_SLICE_HISTORY_AT &&
-                   offsetof(lull_segment, refault_part) == LULL_META_REFAULT_AT &&
-                   offsetof(lull_segment, parked_pages_part) == LULL_META_PARKED_PAGES_AT &&
-                   offsetof(lull_segment, thp_part) == LULL_META_THP_AT &&
-                   offsetof(lull_segment, park_rows_part) == LULL_META_PARK_ROWS_AT &&
-                   offsetof(lull_segment, span_head) == LULL_META_SPAN_TABLE_AT &&
-                   offsetof(lull_segment, slices) == LULL_META_SPAN_TABLE_AT + 2 * LULL_SLICES,
-               "each part of the segment's metadata where the table above puts it");
-_Static_assert((LULL_SLICES - 1) * sizeof(lull_span) < 65536, "span_head offsets must fit 16 bits");
-_Static_assert(sizeof(lull_segment) <= LULL_META_SLICES * LULL_SLICE_SIZE,
-               "segment metadata must fit in its metadata slices");
+_Static_assert(sizeof(lull_segment) <= LULL_META_HEADER_BYTES, "the header before the parts");
 
 /* The part of s at offset `at` (LULL_META_*_AT): for the accessor of the
  * module that owns it. */

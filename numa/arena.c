@@ -3,6 +3,7 @@
 #include "numa/thp.h"
 #include "numa/slice_history.h"
 #include "numa/slice_state.h"
+#include "numa/span_table.h"
 #include "base/bitmap.h"
 #include "base/os.h"
 #include "base/resident.h"
@@ -131,10 +132,10 @@ static int find_in_segment(lull_segment *s, unsigned n, int pass) {
 
 static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
     for (unsigned i = 0; i < n; i++) {
-        s->span_head[first + i] = (uint16_t)(first * sizeof(lull_span));
-        if (i) s->slices[first + i].kind = LULL_SPAN_NONE;
+        lull_span_table_of(s)->span_head[first + i] = (uint16_t)(first * sizeof(lull_span));
+        if (i) lull_span_table_of(s)->slices[first + i].kind = LULL_SPAN_NONE;
     }
-    lull_span *head = &s->slices[first];
+    lull_span *head = &lull_span_table_of(s)->slices[first];
     head->slice_count = (uint16_t)n;
 }
 
@@ -161,7 +162,7 @@ static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over)
                     a->hint = s;
                     pthread_mutex_unlock(&a->lock);
                     span_init_slices(s, (unsigned)idx, n);
-                    return &s->slices[idx];
+                    return &lull_span_table_of(s)->slices[idx];
                 }
                 /* the passes before took every run of resident slices:
                  * any other run needs clean ones too */
@@ -193,7 +194,7 @@ static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over)
     *over = r == LULL_TAKE_OVER_LIMIT;
     if (r != LULL_TAKE_OK) return NULL;
     span_init_slices(s, LULL_META_SLICES, n);
-    return &s->slices[LULL_META_SLICES];
+    return &lull_span_table_of(s)->slices[LULL_META_SLICES];
 over_limit:
     pthread_mutex_unlock(&a->lock);
     *over = true;
@@ -218,14 +219,14 @@ lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
 
 void lull_arena_free_span(lull_span *span) {
     lull_segment *s = (lull_segment *)((uintptr_t)span & ~LULL_SEGMENT_MASK);
-    unsigned first = (unsigned)(span - s->slices);
+    unsigned first = (unsigned)(span - lull_span_table_of(s)->slices);
     unsigned n = span->slice_count;
     lull_slice_history *history = lull_slice_history_of(s);
     span->kind = LULL_SPAN_NONE;
     atomic_store_explicit(&span->heap, NULL, memory_order_relaxed);
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n; i++) {
-        s->span_head[i] = 0; /* a stale pointer into it now finds no span */
+        lull_span_table_of(s)->span_head[i] = 0; /* a stale pointer into it now finds no span */
         atomic_store_explicit(&history->freed_ms[i], now, memory_order_relaxed);
         atomic_store_explicit(&history->purged_ms[i], 0, memory_order_relaxed);
     }

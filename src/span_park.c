@@ -18,7 +18,7 @@
 #define NEVER 255                             /* live count of a page that never parks */
 
 static inline unsigned first_slice(const lull_span *s) {
-    return (unsigned)(s - lull_segment_of(s)->slices);
+    return (unsigned)(s - lull_span_table_of(lull_segment_of(s))->slices);
 }
 
 /* This module's part of a segment (base/types.h, LULL_META_PARK_ROWS): a

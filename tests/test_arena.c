@@ -45,7 +45,7 @@ static lull_segment *seg_of_span(lull_span *s) {
     return lull_segment_of(s);
 }
 static unsigned first_of(lull_span *s) {
-    return (unsigned)(s - seg_of_span(s)->slices);
+    return (unsigned)(s - lull_span_table_of(seg_of_span(s))->slices);
 }
 
 static bool bit(const _Atomic uint64_t *map, unsigned i) {
