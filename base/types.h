@@ -1,10 +1,11 @@
-/* Every structure of the allocator core, in one place, and the constants of
- * its layout.
+/* The structures the allocator's folders share, and the constants of its
+ * layout (the parts of a segment's metadata are their modules': see the
+ * table above lull_segment).
  *
  * Layout: memory comes in segments of 32 MiB aligned to 32 MiB, so the
  * segment of any block is its address with the low bits masked off. A
- * segment is 512 slices of 64 KiB; slice 0 holds the segment's metadata
- * (this header), the others are handed out as spans. A span is a run of
+ * segment is 512 slices of 64 KiB; slices 0 and 1 hold the segment's
+ * metadata, the others are handed out as spans. A span is a run of
  * slices that holds blocks of one size class (small) or one block (large).
  * Blocks carry no header: the slice index finds the span descriptor, which
  * knows the block size. Blocks over LULL_LARGE_MAX live in a mapping of their
@@ -29,7 +30,7 @@
 #define LULL_SLICE_SIZE ((size_t)1 << LULL_SLICE_SHIFT)
 #define LULL_SLICES (LULL_SEGMENT_SIZE / LULL_SLICE_SIZE) /* 512 */
 #define LULL_SLICE_WORDS (LULL_SLICES / 64)
-#define LULL_META_SLICES 2 /* the segment header: span descriptors are 64 KiB */
+#define LULL_META_SLICES 2 /* the segment's metadata: span descriptors are 64 KiB */
 #define LULL_PAGE_SIZE ((size_t)4096)
 /* n rounded up to whole pages */
 #define LULL_PAGES_OF(n) (((size_t)(n) + LULL_PAGE_SIZE - 1) & ~(LULL_PAGE_SIZE - 1))
@@ -61,9 +62,9 @@ typedef enum {
 struct lull_heap;
 struct lull_arena;
 
-/* Span descriptor: slices[i] of the segment describes the span whose head is
- * slice i; the segment's span_head table leads from any slice of a span to
- * its head.
+/* Span descriptor: slices[i] of the segment's span table (numa/span_table.h)
+ * describes the span whose head is slice i; the table's span_head leads
+ * from any slice of a span to its head.
  *
  * 128 bytes, two lines in a line-aligned array. The first holds what every
  * free() reads to find the owner and check the pointer, written only when
@@ -123,7 +124,7 @@ typedef struct lull_span {
     uint32_t park_at;
     uint16_t parked_pages; /* pages of the span not NONE in page_state */
     /* parking: the free list is dissolved into the span's free bitmap and
-     * page live counts (park_meta of its segment) */
+     * page live counts (its segment's parking rows, src/span_park.c) */
     uint16_t parking; /* 1 while parking */
     /* large: the block is a heap profile sample (src/profile.h), which
      * its free forgets */
@@ -135,58 +136,81 @@ _Static_assert(offsetof(lull_span, free) == 64, "what free() reads fills the fir
 
 #define LULL_REMOTE_QUEUED ((uintptr_t)1)
 
-/* Out-of-band slice state: a slice is IN_USE exactly when its bit is set in
- * none of these maps. A request thread claims a free slice by atomically
- * clearing its bit in dirty/clean/warm; the reclaim thread claims a dirty
- * slice by atomically clearing its dirty bit and setting its purging bit, so
- * exactly one of them wins and nothing hands out a PURGING slice. */
-typedef struct lull_slice_maps {
-    _Atomic uint64_t dirty[LULL_SLICE_WORDS];   /* FREE_DIRTY: free, maybe resident */
-    _Atomic uint64_t purging[LULL_SLICE_WORDS]; /* PURGING: claimed by the reclaim thread */
-    _Atomic uint64_t clean[LULL_SLICE_WORDS];   /* FREE_CLEAN: purged or never touched */
-    _Atomic uint64_t lazy[LULL_SLICE_WORDS];    /* subset of clean: MADV_FREE, not zeroed */
-    _Atomic uint64_t warm[LULL_SLICE_WORDS];    /* WARM: clean, prefaulted by the reserve */
-} lull_slice_maps;
-
 #define LULL_SEGMENT_MAGIC 0x6c756c6c5345474dULL /* "lullSEGM" */
 #define LULL_HUGE_MAGIC 0x6c756c6c48554745ULL    /* "lullHUGE" */
 
+/* The segment's metadata, its first LULL_META_SLICES slices: the header
+ * (lull_segment, below), then one part for each module that keeps
+ * something per slice, at the fixed offsets of this table. Each part's
+ * struct is declared by the module that writes it, which checks with
+ * LULL_META_PART_CHECK that the struct fits the bytes reserved for it here,
+ * and gives the accessor that other modules read it through. A table, not
+ * one struct of every part: base/ cannot name numa/'s, reclaim/'s or src/'s
+ * types (the folders depend one way: tools/module_cycles.py), and an
+ * accessor at a constant offset compiles to the same code as a field of
+ * one struct. Fresh segment memory is zero, and every part reads zero as
+ * its first state. Each part starts on a cache line of its own. */
+#define LULL_META_HEADER_BYTES 64
+/* numa/slice_state.h: the slice-state maps, a bit a slice in each of five */
+#define LULL_META_SLICE_MAPS_AT LULL_META_HEADER_BYTES
+#define LULL_META_SLICE_MAPS_BYTES (5 * LULL_SLICE_WORDS * sizeof(uint64_t))
+/* numa/slice_history.h: when each slice was freed and purged (a 32-bit
+ * time each), and which were taken again after a purge (a bit each) */
+#define LULL_META_SLICE_HISTORY_AT (LULL_META_SLICE_MAPS_AT + LULL_META_SLICE_MAPS_BYTES)
+#define LULL_META_SLICE_HISTORY_BYTES                                                              \
+    (2 * LULL_SLICES * sizeof(uint32_t) + LULL_SLICE_WORDS * sizeof(uint64_t))
+/* reclaim/refault.c: whether the refault monitor registered the segment */
+#define LULL_META_REFAULT_AT (LULL_META_SLICE_HISTORY_AT + LULL_META_SLICE_HISTORY_BYTES)
+#define LULL_META_REFAULT_BYTES 64
+/* numa/parked_pages.h: the page states of in-use spans (a word a slice), the
+ * slices with a parked page (a bit each), when each last parked one */
+#define LULL_META_PARKED_PAGES_AT (LULL_META_REFAULT_AT + LULL_META_REFAULT_BYTES)
+#define LULL_META_PARKED_PAGES_BYTES                                                               \
+    (2 * LULL_SLICES * sizeof(uint32_t) + LULL_SLICE_WORDS * sizeof(uint64_t))
+/* numa/thp.h: which 2 MiB regions are huge pages */
+#define LULL_META_THP_AT (LULL_META_PARKED_PAGES_AT + LULL_META_PARKED_PAGES_BYTES)
+#define LULL_META_THP_BYTES 64
+/* src/span_park.c: each slice's row of parking metadata */
+#define LULL_META_PARK_ROWS_AT (LULL_META_THP_AT + LULL_META_THP_BYTES)
+#define LULL_META_PARK_ROWS_BYTES (LULL_SLICES * LULL_PARK_META_BYTES)
+/* numa/span_table.h: which span covers each slice (16 bits a slice), and
+ * the span descriptors. Last, and no further than LULL_SLICE_SIZE up to
+ * descriptor 0 included: a huge block's mapping has only its first slice
+ * for a header (span_table.h says why) */
+#define LULL_META_SPAN_TABLE_AT (LULL_META_PARK_ROWS_AT + LULL_META_PARK_ROWS_BYTES)
+#define LULL_META_SPAN_TABLE_BYTES (LULL_SLICES * (sizeof(uint16_t) + sizeof(lull_span)))
+#define LULL_META_END (LULL_META_SPAN_TABLE_AT + LULL_META_SPAN_TABLE_BYTES)
+
+_Static_assert(LULL_META_END <= LULL_META_SLICES * LULL_SLICE_SIZE,
+               "segment metadata must fit in its metadata slices");
+_Static_assert(LULL_META_SLICE_HISTORY_AT % 64 == 0 && LULL_META_REFAULT_AT % 64 == 0 &&
+                   LULL_META_PARKED_PAGES_AT % 64 == 0 && LULL_META_THP_AT % 64 == 0 &&
+                   LULL_META_PARK_ROWS_AT % 64 == 0 && LULL_META_SPAN_TABLE_AT % 64 == 0,
+               "each part starts on a cache line");
+
+/* In the module that owns part `part` (LULL_META_<part>_AT and _BYTES
+ * above), of struct type `type`: the struct fits, aligned. */
+#define LULL_META_PART_CHECK(type, part)                                                           \
+    _Static_assert(sizeof(type) <= LULL_META_##part##_BYTES &&                                     \
+                       LULL_META_##part##_AT % _Alignof(type) == 0,                                \
+                   #type " fits its place in the segment's metadata (base/types.h)")
+
+/* The segment's header: the rest of its metadata is its modules' parts,
+ * at the offsets above. */
 typedef struct lull_segment {
     uint64_t magic;
     struct lull_arena *arena;
     struct lull_segment *next; /* arena's list */
     int node;
     uint32_t index; /* creation order in the arena */
-    lull_slice_maps maps;
-    _Atomic uint32_t freed_ms[LULL_SLICES];  /* when each slice became free (0: never used) */
-    _Atomic uint32_t purged_ms[LULL_SLICES]; /* when it was last purged (0: not since use) */
-    _Atomic uint64_t refault_watch[LULL_SLICE_WORDS]; /* reused after a purge: scan its pages */
-    _Atomic uint8_t refault_registered; /* whole segment registered with userfaultfd */
-    /* slice -> byte offset, from slices[0], of the descriptor of the span
-     * that covers it; 0 (slices[0], the metadata slice's: never a span) for
-     * a free slice. A table, not a distance stored in every descriptor,
-     * makes free() find its span in one load and one add (11 instructions
-     * fewer than a distance in descriptors of 96 bytes, callgrind), and zero
-     * memory (a fresh segment, a huge block's header) reads as "no span". */
-    uint16_t span_head[LULL_SLICES];
-    /* pages of in-use small spans given to the reclaim thread while their
-     * span stays in use (numa/page_park.h): 2 bits a page, a word a slice */
-    _Atomic uint32_t page_state[LULL_SLICES];
-    _Atomic uint64_t parked_slices[LULL_SLICE_WORDS]; /* slices with a PENDING page */
-    _Atomic uint32_t parked_ms[LULL_SLICES];          /* when a page of it was last parked */
-    /* numa/thp.h: bit r, the 2 MiB region r was collapsed into a huge page
-     * and is not split since (the reclaim thread's only) */
-    _Atomic uint16_t thp_huge;
-    uint8_t thp_advised; /* thp=always: MADV_HUGEPAGE given (the reclaim thread's) */
-    /* a parking span's free bitmap and page live counts (src/span_park.c),
-     * the rows of its slices together; the owner's */
-    _Alignas(8) uint8_t park_meta[LULL_SLICES][LULL_PARK_META_BYTES];
-    _Alignas(64) lull_span slices[LULL_SLICES];
 } lull_segment;
+_Static_assert(sizeof(lull_segment) <= LULL_META_HEADER_BYTES, "the header before the parts");
 
-_Static_assert((LULL_SLICES - 1) * sizeof(lull_span) < 65536, "span_head offsets must fit 16 bits");
-_Static_assert(sizeof(lull_segment) <= LULL_META_SLICES * LULL_SLICE_SIZE,
-               "segment metadata must fit in its metadata slices");
+/* The part of s at offset `at` (LULL_META_*_AT): for the accessor of the
+ * module that owns it. */
+static inline void *lull_segment_part(const lull_segment *s, size_t at) {
+    return (char *)s + at;
+}
 
 /* A huge block's mapping starts with this header, at a 32 MiB boundary. */
 typedef struct lull_huge {

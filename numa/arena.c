@@ -1,7 +1,9 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
 #include "numa/thp.h"
+#include "numa/slice_history.h"
 #include "numa/slice_state.h"
+#include "numa/span_table.h"
 #include "base/bitmap.h"
 #include "base/os.h"
 #include "base/resident.h"
@@ -79,14 +81,16 @@ static lull_segment *segment_create(lull_arena *a) {
  * whether it had been purged meanwhile (a wasted purge). Slices that were
  * freed at the same moment are recorded together. */
 static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint64_t *lazy) {
+    lull_slice_history *history = lull_slice_history_of(s);
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n;) {
-        uint32_t freed = atomic_load_explicit(&s->freed_ms[i], memory_order_relaxed);
-        uint32_t purged = atomic_load_explicit(&s->purged_ms[i], memory_order_relaxed);
+        uint32_t freed = atomic_load_explicit(&history->freed_ms[i], memory_order_relaxed);
+        uint32_t purged = atomic_load_explicit(&history->purged_ms[i], memory_order_relaxed);
         unsigned j = i + 1;
         while (j < first + n &&
-               atomic_load_explicit(&s->freed_ms[j], memory_order_relaxed) == freed &&
-               (atomic_load_explicit(&s->purged_ms[j], memory_order_relaxed) != 0) == (purged != 0))
+               atomic_load_explicit(&history->freed_ms[j], memory_order_relaxed) == freed &&
+               (atomic_load_explicit(&history->purged_ms[j], memory_order_relaxed) != 0) ==
+                   (purged != 0))
             j++;
         /* the refault monitor looks at which of its pages come back; not for
          * MADV_FREE'd slices, whose pages may simply still be there (a
@@ -96,7 +100,8 @@ static void record_reuse(lull_segment *s, unsigned first, unsigned n, const uint
                 unsigned off = k % 64, cnt = 64 - off < j - k ? 64 - off : j - k;
                 uint64_t bits = lull_bits_mask(off, cnt) & ~lazy[k / 64];
                 if (bits)
-                    atomic_fetch_or_explicit(&s->refault_watch[k / 64], bits, memory_order_relaxed);
+                    atomic_fetch_or_explicit(&history->refault_watch[k / 64], bits,
+                                             memory_order_relaxed);
                 k += cnt;
             }
         if (freed) /* 0: never used since the segment was mapped */
@@ -127,10 +132,10 @@ static int find_in_segment(lull_segment *s, unsigned n, int pass) {
 
 static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
     for (unsigned i = 0; i < n; i++) {
-        s->span_head[first + i] = (uint16_t)(first * sizeof(lull_span));
-        if (i) s->slices[first + i].kind = LULL_SPAN_NONE;
+        lull_span_table_of(s)->span_head[first + i] = (uint16_t)(first * sizeof(lull_span));
+        if (i) lull_span_table_of(s)->slices[first + i].kind = LULL_SPAN_NONE;
     }
-    lull_span *head = &s->slices[first];
+    lull_span *head = &lull_span_table_of(s)->slices[first];
     head->slice_count = (uint16_t)n;
 }
 
@@ -157,7 +162,7 @@ static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over)
                     a->hint = s;
                     pthread_mutex_unlock(&a->lock);
                     span_init_slices(s, (unsigned)idx, n);
-                    return &s->slices[idx];
+                    return &lull_span_table_of(s)->slices[idx];
                 }
                 /* the passes before took every run of resident slices:
                  * any other run needs clean ones too */
@@ -189,7 +194,7 @@ static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over)
     *over = r == LULL_TAKE_OVER_LIMIT;
     if (r != LULL_TAKE_OK) return NULL;
     span_init_slices(s, LULL_META_SLICES, n);
-    return &s->slices[LULL_META_SLICES];
+    return &lull_span_table_of(s)->slices[LULL_META_SLICES];
 over_limit:
     pthread_mutex_unlock(&a->lock);
     *over = true;
@@ -214,15 +219,16 @@ lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
 
 void lull_arena_free_span(lull_span *span) {
     lull_segment *s = (lull_segment *)((uintptr_t)span & ~LULL_SEGMENT_MASK);
-    unsigned first = (unsigned)(span - s->slices);
+    unsigned first = (unsigned)(span - lull_span_table_of(s)->slices);
     unsigned n = span->slice_count;
+    lull_slice_history *history = lull_slice_history_of(s);
     span->kind = LULL_SPAN_NONE;
     atomic_store_explicit(&span->heap, NULL, memory_order_relaxed);
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n; i++) {
-        s->span_head[i] = 0; /* a stale pointer into it now finds no span */
-        atomic_store_explicit(&s->freed_ms[i], now, memory_order_relaxed);
-        atomic_store_explicit(&s->purged_ms[i], 0, memory_order_relaxed);
+        lull_span_table_of(s)->span_head[i] = 0; /* a stale pointer into it now finds no span */
+        atomic_store_explicit(&history->freed_ms[i], now, memory_order_relaxed);
+        atomic_store_explicit(&history->purged_ms[i], 0, memory_order_relaxed);
     }
     lull_slices_give_back(s, first, n);
     NOTIFY(span_given_back);
@@ -246,7 +252,8 @@ static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
             uint64_t old_enough = any_age ? d : 0;
             for (uint64_t bits = any_age ? 0 : d; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
-                uint32_t t = atomic_load_explicit(&s->freed_ms[w * 64 + b], memory_order_relaxed);
+                uint32_t t = atomic_load_explicit(&lull_slice_history_of(s)->freed_ms[w * 64 + b],
+                                                  memory_order_relaxed);
                 if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
             }
             if (!old_enough) continue;
@@ -279,7 +286,8 @@ size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     uint32_t now = lull_now_ms();
     for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
-        atomic_store_explicit(&r->segment->purged_ms[i], now, memory_order_relaxed);
+        atomic_store_explicit(&lull_slice_history_of(r->segment)->purged_ms[i], now,
+                              memory_order_relaxed);
     NOTIFY(purged, r->count);
     lull_slices_finish(r, lazy ? LULL_SLICES_CLEAN_LAZY : LULL_SLICES_CLEAN);
 }
@@ -296,7 +304,8 @@ static size_t claim_lazy(lull_arena *a, uint32_t purged_before_ms, bool any_age,
             uint64_t old = any_age ? lazy : 0;
             for (uint64_t bits = any_age ? 0 : lazy; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
-                uint32_t t = atomic_load_explicit(&s->purged_ms[w * 64 + b], memory_order_relaxed);
+                uint32_t t = atomic_load_explicit(&lull_slice_history_of(s)->purged_ms[w * 64 + b],
+                                                  memory_order_relaxed);
                 if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
             }
             if (!old) continue;

@@ -8,21 +8,23 @@
 #define LOW_BITS 0x55555555u /* the low bit of each page's pair */
 
 void lull_pages_park(lull_segment *s, unsigned slice, uint32_t mask, uint32_t now_ms) {
-    atomic_store_explicit(&s->parked_ms[slice], now_ms, memory_order_relaxed);
+    lull_parked_pages *parked = lull_parked_pages_of(s);
+    atomic_store_explicit(&parked->parked_ms[slice], now_ms, memory_order_relaxed);
     /* release: the reclaim thread that claims a page sees parked_ms, and
      * the owner's last writes to the page happened before its purge */
-    uint32_t old = atomic_fetch_or_explicit(&s->page_state[slice], lull_pages_spread(mask, 1),
+    uint32_t old = atomic_fetch_or_explicit(&parked->page_state[slice], lull_pages_spread(mask, 1),
                                             memory_order_release);
     if (old & lull_pages_spread(mask, 3))
         lull_fatal("internal error: page parked twice (slice %u of segment %p)", slice, (void *)s);
     /* after the state: a claim that clears the hint re-reads the state */
-    atomic_fetch_or_explicit(&s->parked_slices[slice / 64], (uint64_t)1 << (slice % 64),
+    atomic_fetch_or_explicit(&parked->parked_slices[slice / 64], (uint64_t)1 << (slice % 64),
                              memory_order_seq_cst);
 }
 
 uint32_t lull_pages_take_back(lull_segment *s, unsigned slice, uint32_t mask) {
     uint32_t want = lull_pages_spread(mask, 1);
-    uint32_t old = atomic_load_explicit(&s->page_state[slice], memory_order_relaxed);
+    _Atomic uint32_t *state = &lull_parked_pages_of(s)->page_state[slice];
+    uint32_t old = atomic_load_explicit(state, memory_order_relaxed);
     uint32_t take;
     do {
         take = old & want; /* PENDING (01) and PURGED (11): the low bit */
@@ -31,9 +33,8 @@ uint32_t lull_pages_take_back(lull_segment *s, unsigned slice, uint32_t mask) {
         LULL_RACE_POINT(LULL_RACE_PAGE_TAKE_BACK);
         /* acquire: a page the reclaim thread purged is zero before the
          * owner writes links into it */
-    } while (!atomic_compare_exchange_weak_explicit(&s->page_state[slice], &old,
-                                                    old & ~(take | take << 1), memory_order_acquire,
-                                                    memory_order_relaxed));
+    } while (!atomic_compare_exchange_weak_explicit(state, &old, old & ~(take | take << 1),
+                                                    memory_order_acquire, memory_order_relaxed));
     /* the purged ones are resident again once touched: counted now,
      * without a check (the span is this owner's, and so are its pages) */
     uint32_t purged = take & (old >> 1);
@@ -64,7 +65,8 @@ static uint32_t cut_runs(lull_segment *s, unsigned slice, uint32_t mask, lull_pa
 
 /* Claim the PENDING pages of one slice that fit in `room` runs. */
 static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, size_t room) {
-    uint32_t old = atomic_load_explicit(&s->page_state[slice], memory_order_acquire);
+    _Atomic uint32_t *state = &lull_parked_pages_of(s)->page_state[slice];
+    uint32_t old = atomic_load_explicit(state, memory_order_acquire);
     size_t n;
     for (;;) {
         /* PENDING is 01: the low bit without the high one */
@@ -77,17 +79,18 @@ static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, s
         uint32_t fitted = cut_runs(s, slice, pages, out, room, &n);
         uint32_t flip = lull_pages_spread(fitted, 3); /* 01 -> 10 */
         LULL_RACE_POINT(LULL_RACE_PAGE_CLAIM);        /* a take back landing here fails the CAS */
-        if (atomic_compare_exchange_weak_explicit(&s->page_state[slice], &old, old ^ flip,
-                                                  memory_order_acquire, memory_order_acquire))
+        if (atomic_compare_exchange_weak_explicit(state, &old, old ^ flip, memory_order_acquire,
+                                                  memory_order_acquire))
             return n;
     }
 }
 
 static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lull_page_run *out,
                     size_t max) {
+    lull_parked_pages *parked = lull_parked_pages_of(s);
     size_t n = 0;
     for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
-        uint64_t hint = atomic_load_explicit(&s->parked_slices[w], memory_order_seq_cst);
+        uint64_t hint = atomic_load_explicit(&parked->parked_slices[w], memory_order_seq_cst);
         for (; hint && n < max; hint &= hint - 1) {
             unsigned slice = w * 64 + (unsigned)__builtin_ctzll(hint);
             uint64_t bit = (uint64_t)1 << (slice % 64);
@@ -96,13 +99,13 @@ static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lu
                 /* nothing PENDING: drop the hint, then look again, since an
                  * owner may have parked between the two reads (it sets the
                  * state before the hint) */
-                atomic_fetch_and_explicit(&s->parked_slices[w], ~bit, memory_order_seq_cst);
+                atomic_fetch_and_explicit(&parked->parked_slices[w], ~bit, memory_order_seq_cst);
                 word = lull_pages_word(s, slice);
                 if (word & ~(word >> 1) & LOW_BITS)
-                    atomic_fetch_or_explicit(&s->parked_slices[w], bit, memory_order_seq_cst);
+                    atomic_fetch_or_explicit(&parked->parked_slices[w], bit, memory_order_seq_cst);
                 continue;
             }
-            uint32_t t = atomic_load_explicit(&s->parked_ms[slice], memory_order_relaxed);
+            uint32_t t = atomic_load_explicit(&parked->parked_ms[slice], memory_order_relaxed);
             if (!any_age && (int32_t)(parked_before_ms - t) < 0) continue; /* parked too recently */
             /* a page of a huge region waits (numa/thp.h) */
             if (!any_age && lull_thp_on() && !lull_thp_pages_purgeable(s, slice)) continue;
@@ -127,7 +130,8 @@ size_t lull_pages_claim_all(lull_segment *s, lull_page_run *out, size_t max) {
 void lull_pages_finish(const lull_page_run *r, bool purged) {
     /* PURGING is 10: to 11 (PURGED) or 01 (PENDING again) */
     uint32_t flip = lull_pages_spread(r->mask, purged ? 1 : 3);
-    atomic_fetch_xor_explicit(&r->segment->page_state[r->slice], flip, memory_order_release);
+    atomic_fetch_xor_explicit(&lull_parked_pages_of(r->segment)->page_state[r->slice], flip,
+                              memory_order_release);
     if (purged) lull_resident_sub((uint64_t)__builtin_popcount(r->mask) * LULL_PAGE_SIZE);
 }
 

@@ -2,7 +2,7 @@
  * pages"): a 4 KiB page of a small span whose blocks are all free can be
  * parked by the span's owner, purged by the reclaim thread, and taken back
  * by the owner. Two bits a page, 16 pages of a slice in one word of the
- * segment's page_state:
+ * segment's page_state (numa/parked_pages.h):
  *
  *   NONE     the owner's: its blocks are live or on the span's lists
  *   PENDING  parked: every block on it is free and on no list; the owner
@@ -20,6 +20,7 @@
 #ifndef LULL_PAGE_PARK_H
 #define LULL_PAGE_PARK_H
 
+#include "numa/parked_pages.h"
 #include "base/types.h"
 
 enum {
@@ -49,7 +50,7 @@ static inline uint32_t lull_pages_in(uint32_t word, uint32_t state) {
 }
 
 static inline uint32_t lull_pages_word(const lull_segment *s, unsigned slice) {
-    return atomic_load_explicit(&s->page_state[slice], memory_order_acquire);
+    return atomic_load_explicit(&lull_parked_pages_of(s)->page_state[slice], memory_order_acquire);
 }
 
 /* Owner side ----------------------------------------------------------- */

@@ -6,18 +6,19 @@
 #include "base/resident.h"
 
 static _Atomic uint64_t *map_of(lull_segment *s, lull_slice_state st) {
+    lull_slice_maps *m = lull_slice_maps_of(s);
     switch (st) {
     case LULL_SLICES_DIRTY:
-        return s->maps.dirty;
+        return m->dirty;
     case LULL_SLICES_WARM:
-        return s->maps.warm;
+        return m->warm;
     default:
-        return s->maps.clean;
+        return m->clean;
     }
 }
 
 void lull_slices_word(const lull_segment *s, unsigned w, lull_slice_word *out) {
-    lull_slice_maps *m = (lull_slice_maps *)&s->maps;
+    lull_slice_maps *m = lull_slice_maps_of(s);
     out->dirty = atomic_load_explicit(&m->dirty[w], memory_order_relaxed);
     out->purging = atomic_load_explicit(&m->purging[w], memory_order_relaxed);
     out->clean = atomic_load_explicit(&m->clean[w], memory_order_relaxed);
@@ -32,9 +33,10 @@ uint64_t lull_slices_free_word(const lull_segment *s, unsigned w) {
 }
 
 void lull_slices_init_segment(lull_segment *s) {
+    lull_slice_maps *m = lull_slice_maps_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
-        atomic_store_explicit(&s->maps.clean[w], ~(uint64_t)0, memory_order_relaxed);
-    atomic_fetch_and(&s->maps.clean[0], ~(uint64_t)((1u << LULL_META_SLICES) - 1));
+        atomic_store_explicit(&m->clean[w], ~(uint64_t)0, memory_order_relaxed);
+    atomic_fetch_and(&m->clean[0], ~(uint64_t)((1u << LULL_META_SLICES) - 1));
     lull_resident_add((uint64_t)LULL_META_SLICES * LULL_SLICE_SIZE);
 }
 
@@ -42,20 +44,21 @@ lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, b
                                   uint64_t lazy[LULL_SLICE_WORDS]) {
     uint64_t got_dirty[LULL_SLICE_WORDS] = {0}, got_clean[LULL_SLICE_WORDS] = {0},
              got_warm[LULL_SLICE_WORDS] = {0};
+    lull_slice_maps *m = lull_slice_maps_of(s);
     bool ok = true;
     uint64_t fresh = 0; /* clean slices taken: counted in no state until now */
     for (unsigned i = first; i < first + n;) {
         unsigned w = i / 64, off = i % 64;
         unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;
         uint64_t rest = lull_bits_mask(off, cnt);
-        got_dirty[w] = atomic_fetch_and(&s->maps.dirty[w], ~rest) & rest;
+        got_dirty[w] = atomic_fetch_and(&m->dirty[w], ~rest) & rest;
         rest &= ~got_dirty[w];
         if (rest) {
-            got_warm[w] = atomic_fetch_and(&s->maps.warm[w], ~rest) & rest;
+            got_warm[w] = atomic_fetch_and(&m->warm[w], ~rest) & rest;
             rest &= ~got_warm[w];
         }
         if (rest) {
-            got_clean[w] = atomic_fetch_and(&s->maps.clean[w], ~rest) & rest;
+            got_clean[w] = atomic_fetch_and(&m->clean[w], ~rest) & rest;
             fresh += (uint64_t)__builtin_popcountll(got_clean[w]);
             rest &= ~got_clean[w];
         }
@@ -71,9 +74,9 @@ lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, b
     if (ok && fresh && !lull_resident_try_grow(fresh << LULL_SLICE_SHIFT)) r = LULL_TAKE_OVER_LIMIT;
     if (r != LULL_TAKE_OK) {
         for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-            if (got_dirty[w]) atomic_fetch_or(&s->maps.dirty[w], got_dirty[w]);
-            if (got_warm[w]) atomic_fetch_or(&s->maps.warm[w], got_warm[w]);
-            if (got_clean[w]) atomic_fetch_or(&s->maps.clean[w], got_clean[w]);
+            if (got_dirty[w]) atomic_fetch_or(&m->dirty[w], got_dirty[w]);
+            if (got_warm[w]) atomic_fetch_or(&m->warm[w], got_warm[w]);
+            if (got_clean[w]) atomic_fetch_or(&m->clean[w], got_clean[w]);
         }
         return r;
     }
@@ -82,7 +85,7 @@ lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, b
         lazy[w] = 0;
         if (got_dirty[w]) zero = false;
         if (got_clean[w]) {
-            lazy[w] = atomic_fetch_and(&s->maps.lazy[w], ~got_clean[w]) & got_clean[w];
+            lazy[w] = atomic_fetch_and(&m->lazy[w], ~got_clean[w]) & got_clean[w];
             if (lazy[w]) zero = false;
         }
     }
@@ -94,7 +97,7 @@ void lull_slices_give_back(lull_segment *s, unsigned first, unsigned n) {
     for (unsigned i = first; i < first + n;) {
         unsigned off = i % 64;
         unsigned cnt = 64 - off < first + n - i ? 64 - off : first + n - i;
-        atomic_fetch_or_explicit(&s->maps.dirty[i / 64], lull_bits_mask(off, cnt),
+        atomic_fetch_or_explicit(&lull_slice_maps_of(s)->dirty[i / 64], lull_bits_mask(off, cnt),
                                  memory_order_release);
         i += cnt;
     }
@@ -119,25 +122,27 @@ static size_t emit_runs(lull_segment *s, unsigned w, uint64_t bits, bool residen
 
 size_t lull_slices_claim(lull_segment *s, unsigned w, lull_slice_state from_state, uint64_t want,
                          lull_slice_run *out, size_t max, uint64_t *emitted) {
+    lull_slice_maps *m = lull_slice_maps_of(s);
     _Atomic uint64_t *from = map_of(s, from_state);
     *emitted = 0;
     uint64_t got = atomic_fetch_and_explicit(&from[w], ~want, memory_order_acq_rel) & want;
     if (!got) return 0;
     LULL_RACE_POINT(LULL_RACE_RECLAIM_CLAIM); /* taken from `from`, not yet PURGING */
-    atomic_fetch_or_explicit(&s->maps.purging[w], got, memory_order_relaxed);
+    atomic_fetch_or_explicit(&m->purging[w], got, memory_order_relaxed);
     size_t n = emit_runs(s, w, got, from_state != LULL_SLICES_CLEAN, out, max);
     for (size_t i = 0; i < n; i++)
         *emitted |= lull_bits_mask(out[i].first % 64, out[i].count);
     uint64_t left = got & ~*emitted;
     if (left) {
         atomic_fetch_or(&from[w], left);
-        atomic_fetch_and(&s->maps.purging[w], ~left);
+        atomic_fetch_and(&m->purging[w], ~left);
     }
     return n;
 }
 
 void lull_slices_finish(const lull_slice_run *r, lull_slice_state to) {
     lull_segment *s = r->segment;
+    lull_slice_maps *m = lull_slice_maps_of(s);
     unsigned w = r->first / 64;
     uint64_t mask = lull_bits_mask(r->first % 64, r->count);
     /* the estimate grows before the maps show a counted state and shrinks
@@ -146,22 +151,23 @@ void lull_slices_finish(const lull_slice_run *r, lull_slice_state to) {
     uint64_t bytes = (uint64_t)r->count << LULL_SLICE_SHIFT;
     if (resident && !r->resident) lull_resident_add(bytes);
     if (to == LULL_SLICES_CLEAN_LAZY)
-        atomic_fetch_or_explicit(&s->maps.lazy[w], mask, memory_order_relaxed);
+        atomic_fetch_or_explicit(&m->lazy[w], mask, memory_order_relaxed);
     atomic_fetch_or_explicit(&map_of(s, to)[w], mask, memory_order_release);
     LULL_RACE_POINT(LULL_RACE_RECLAIM_FINISH); /* in `to` and still PURGING */
-    atomic_fetch_and_explicit(&s->maps.purging[w], ~mask, memory_order_release);
+    atomic_fetch_and_explicit(&m->purging[w], ~mask, memory_order_release);
     if (!resident && r->resident) lull_resident_sub(bytes);
 }
 
 void lull_slices_clear_lazy(lull_segment *s, unsigned w, uint64_t bits) {
-    atomic_fetch_and(&s->maps.lazy[w], ~bits);
+    atomic_fetch_and(&lull_slice_maps_of(s)->lazy[w], ~bits);
 }
 
 /* The estimate stays: a direct claim is of dirty slices (counted in
  * PURGING as in dirty). */
 void lull_slices_after_fork(lull_segment *s) {
+    lull_slice_maps *m = lull_slice_maps_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-        uint64_t p = atomic_exchange(&s->maps.purging[w], 0);
-        if (p) atomic_fetch_or(&s->maps.dirty[w], p);
+        uint64_t p = atomic_exchange(&m->purging[w], 0);
+        if (p) atomic_fetch_or(&m->dirty[w], p);
     }
 }

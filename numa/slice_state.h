@@ -13,6 +13,27 @@
 
 #include "base/types.h"
 
+/* The segment's part of this module (base/types.h, LULL_META_SLICE_MAPS):
+ * a slice is IN_USE exactly when its bit is set in none of these maps. A
+ * request thread claims a free slice by atomically clearing its bit in
+ * dirty/clean/warm; the reclaim thread claims a dirty slice by atomically
+ * clearing its dirty bit and setting its purging bit, so exactly one of
+ * them wins and nothing hands out a PURGING slice. */
+typedef struct lull_slice_maps {
+    _Atomic uint64_t dirty[LULL_SLICE_WORDS];   /* FREE_DIRTY: free, maybe resident */
+    _Atomic uint64_t purging[LULL_SLICE_WORDS]; /* PURGING: claimed by the reclaim thread */
+    _Atomic uint64_t clean[LULL_SLICE_WORDS];   /* FREE_CLEAN: purged or never touched */
+    _Atomic uint64_t lazy[LULL_SLICE_WORDS];    /* subset of clean: MADV_FREE, not zeroed */
+    _Atomic uint64_t warm[LULL_SLICE_WORDS];    /* WARM: clean, prefaulted by the reserve */
+} lull_slice_maps;
+LULL_META_PART_CHECK(lull_slice_maps, SLICE_MAPS);
+
+/* The maps of s. Only this module writes them; others read a word of them
+ * with lull_slices_word() (tests read the maps themselves). */
+static inline lull_slice_maps *lull_slice_maps_of(const lull_segment *s) {
+    return lull_segment_part(s, LULL_META_SLICE_MAPS_AT);
+}
+
 /* A run of slices of one segment, moved through the states together. */
 typedef struct lull_slice_run {
     lull_segment *segment;

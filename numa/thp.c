@@ -2,6 +2,7 @@
 #include "numa/thp.h"
 #include "base/config.h"
 #include "base/os.h"
+#include "numa/parked_pages.h"
 #include "numa/slice_state.h"
 
 #include <errno.h>
@@ -51,11 +52,12 @@ lull_thp_state lull_thp_state_now(void) {
 }
 
 static uint16_t huge_bits(const lull_segment *s) {
-    return atomic_load_explicit(&s->thp_huge, memory_order_relaxed);
+    return atomic_load_explicit(&lull_thp_regions_of(s)->huge, memory_order_relaxed);
 }
 
 static void clear_huge(lull_segment *s, unsigned r) {
-    atomic_fetch_and_explicit(&s->thp_huge, (uint16_t) ~(1u << r), memory_order_relaxed);
+    atomic_fetch_and_explicit(&lull_thp_regions_of(s)->huge, (uint16_t) ~(1u << r),
+                              memory_order_relaxed);
     atomic_fetch_sub_explicit(&n_huge_regions, 1, memory_order_relaxed);
 }
 
@@ -109,7 +111,8 @@ static bool dense(const lull_segment *s, unsigned r) {
     unsigned w = r / 2, h = r % 2;
     if ((lull_slices_free_word(s, w) >> (32 * h)) & HALF) return false;
     for (unsigned i = r * LULL_THP_REGION_SLICES; i < (r + 1) * LULL_THP_REGION_SLICES; i++)
-        if (atomic_load_explicit(&s->page_state[i], memory_order_relaxed)) return false;
+        if (atomic_load_explicit(&lull_parked_pages_of(s)->page_state[i], memory_order_relaxed))
+            return false;
     return true;
 }
 
@@ -140,9 +143,9 @@ unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
      * thread's first touch of a region may then fault 2 MiB: the user's
      * choice). Advised here, by the reclaim thread: request threads never
      * madvise. */
-    if (lull_config.thp == LULL_THP_ALWAYS && !s->thp_advised) {
+    if (lull_config.thp == LULL_THP_ALWAYS && !lull_thp_regions_of(s)->advised) {
         lull_os_advise_huge(s, LULL_SEGMENT_SIZE);
-        s->thp_advised = 1;
+        lull_thp_regions_of(s)->advised = 1;
     }
     /* resting after failures: retrying at every busy tick would keep this
      * thread spinning */
@@ -172,7 +175,8 @@ unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
             continue;
         }
         atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
-        atomic_fetch_or_explicit(&s->thp_huge, (uint16_t)(1u << r), memory_order_relaxed);
+        atomic_fetch_or_explicit(&lull_thp_regions_of(s)->huge, (uint16_t)(1u << r),
+                                 memory_order_relaxed);
         atomic_fetch_add_explicit(&n_huge_regions, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&n_collapses, 1, memory_order_relaxed);
     }

@@ -9,7 +9,7 @@
  *   thp=always, segments are also advised MADV_HUGEPAGE (by the reclaim
  *   thread: request threads never madvise), so that faults and khugepaged
  *   make huge pages too, and the bound below is off.
- * - A region that is huge (its bit in the segment's thp_huge) is not
+ * - A region that is huge (its bit in the segment's lull_thp_regions) is not
  *   purged piecemeal: its free slices and parked pages wait until the
  *   whole region is free (then it goes back whole, 2 MiB in one purge), or
  *   until the memory they hold passes the bound (thp=auto: an eighth of
@@ -18,8 +18,8 @@
  *   purge everything (and split). A purge inside a huge region clears its
  *   bit (a split); the next collapse may form it again.
  *
- * The thp_huge bits are the reclaim thread's alone (it collapses, and it
- * claims what it purges, under its step lock). */
+ * The huge bits (lull_thp_regions) are the reclaim thread's alone (it
+ * collapses, and it claims what it purges, under its step lock). */
 #ifndef LULL_THP_H
 #define LULL_THP_H
 
@@ -30,6 +30,21 @@
 
 #define LULL_THP_REGION_SLICES 32 /* 2 MiB */
 #define LULL_THP_REGIONS (LULL_SLICES / LULL_THP_REGION_SLICES)
+
+/* This module's part of a segment (base/types.h, LULL_META_THP), written by
+ * the reclaim thread only. */
+typedef struct lull_thp_regions {
+    /* bit r: the 2 MiB region r was collapsed into a huge page and is not
+     * split since */
+    _Atomic uint16_t huge;
+    uint8_t advised; /* thp=always: MADV_HUGEPAGE given */
+} lull_thp_regions;
+LULL_META_PART_CHECK(lull_thp_regions, THP);
+_Static_assert(LULL_THP_REGIONS <= 16, "a bit a region in lull_thp_regions.huge");
+
+static inline lull_thp_regions *lull_thp_regions_of(const lull_segment *s) {
+    return lull_segment_part(s, LULL_META_THP_AT);
+}
 
 typedef enum {
     LULL_THP_OFF,         /* thp=never */

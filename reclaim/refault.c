@@ -1,6 +1,7 @@
 /* Refault monitor driving; see refault.h. Reclaim thread only. */
 #include "reclaim/refault.h"
 #include "numa/arena.h"
+#include "numa/slice_history.h"
 #include "numa/slice_state.h"
 #include "reclaim/policy.h"
 #include "reclaim/uffd.h"
@@ -10,6 +11,17 @@
 
 #define SCAN_EVERY_MS 50
 #define SCAN_REGIONS 64
+
+/* The monitor's part of each segment (base/types.h, LULL_META_REFAULT): the
+ * reclaim thread's alone. */
+typedef struct segment_refault {
+    _Atomic uint8_t registered; /* whole segment registered with userfaultfd */
+} segment_refault;
+LULL_META_PART_CHECK(segment_refault, REFAULT);
+
+static segment_refault *refault_of(const lull_segment *s) {
+    return lull_segment_part(s, LULL_META_REFAULT_AT);
+}
 
 static refault_monitor M;
 static bool opened;
@@ -30,10 +42,10 @@ static void register_segments(void) {
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
              s; s = s->next)
-            if (!atomic_load_explicit(&s->refault_registered, memory_order_relaxed)) {
+            if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed)) {
                 /* whole segments, once: registering part of one splits its VMA */
                 if (refault_register(&M, s, LULL_SEGMENT_SIZE) == 0)
-                    atomic_store_explicit(&s->refault_registered, 1, memory_order_relaxed);
+                    atomic_store_explicit(&refault_of(s)->registered, 1, memory_order_relaxed);
             }
 }
 
@@ -43,12 +55,12 @@ void lull_refault_after_purge(void *addr, size_t len) {
     /* a segment mapped since the last tick is purged before the tick
      * registers it: register it now, or its purged range stays unarmed and
      * every page of it reads as written when it is reused */
-    if (!atomic_load_explicit(&s->refault_registered, memory_order_relaxed) &&
+    if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed) &&
         refault_register(&M, s, LULL_SEGMENT_SIZE) == 0)
-        atomic_store_explicit(&s->refault_registered, 1, memory_order_relaxed);
+        atomic_store_explicit(&refault_of(s)->registered, 1, memory_order_relaxed);
     /* MADV_DONTNEED dropped the markers: protect again before the slices
      * can be handed out, so their next writes are seen */
-    if (atomic_load_explicit(&s->refault_registered, memory_order_relaxed))
+    if (atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed))
         refault_arm(&M, addr, len);
 }
 
@@ -62,11 +74,13 @@ static void record(uint64_t pages, uint32_t distance_ms) {
 /* Slices taken again after a purge: how many of their pages are back. */
 static void scan_segment(lull_segment *s, uint32_t now) {
     struct page_region regions[SCAN_REGIONS];
+    lull_slice_history *history = lull_slice_history_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-        uint64_t watch = atomic_load_explicit(&s->refault_watch[w], memory_order_relaxed);
+        uint64_t watch = atomic_load_explicit(&history->refault_watch[w], memory_order_relaxed);
         if (!watch) continue;
         uint64_t got =
-            atomic_fetch_and_explicit(&s->refault_watch[w], ~watch, memory_order_relaxed) & watch;
+            atomic_fetch_and_explicit(&history->refault_watch[w], ~watch, memory_order_relaxed) &
+            watch;
         uint64_t in_use = ~lull_slices_free_word(s, w);
         got &= in_use; /* freed again since: nothing to learn */
         while (got) {
@@ -74,7 +88,8 @@ static void scan_segment(lull_segment *s, uint32_t now) {
             uint64_t rest = ~(got >> b);
             unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
             unsigned slice = w * 64 + b;
-            uint32_t purged = atomic_load_explicit(&s->purged_ms[slice], memory_order_relaxed);
+            uint32_t purged =
+                atomic_load_explicit(&history->purged_ms[slice], memory_order_relaxed);
             /* a full region vector stops the walk early (scattered pages
              * are one region each): go on from where it stopped */
             uintptr_t at = (uintptr_t)lull_slice_address(s, slice);
@@ -119,7 +134,7 @@ void lull_refault_after_fork_child(void) {
     /* the child's memory is unregistered: register it again lazily */
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
-            atomic_store(&s->refault_registered, 0);
+            atomic_store(&refault_of(s)->registered, 0);
     last_scan_ms = 0;
 }
 

@@ -9,6 +9,7 @@
 #ifndef LULL_SPAN_H
 #define LULL_SPAN_H
 
+#include "numa/span_table.h"
 #include "base/types.h"
 
 static inline lull_block *lull_block_next(const lull_block *b) {
@@ -84,13 +85,14 @@ static inline lull_segment *lull_segment_of(const void *p) {
 }
 
 static inline lull_span *lull_span_of(lull_segment *s, const void *p) {
-    uint16_t off = s->span_head[((uintptr_t)p & LULL_SEGMENT_MASK) >> LULL_SLICE_SHIFT];
-    return (lull_span *)((char *)s->slices + off);
+    lull_span_table *table = lull_span_table_of(s);
+    uint16_t off = table->span_head[((uintptr_t)p & LULL_SEGMENT_MASK) >> LULL_SLICE_SHIFT];
+    return (lull_span *)((char *)table->slices + off);
 }
 
 static inline uint8_t *lull_span_start(const lull_span *span) {
     lull_segment *s = lull_segment_of(span);
-    return (uint8_t *)s + ((size_t)(span - s->slices) << LULL_SLICE_SHIFT);
+    return (uint8_t *)s + ((size_t)(span - lull_span_table_of(s)->slices) << LULL_SLICE_SHIFT);
 }
 
 static inline size_t lull_span_bytes(const lull_span *span) {

@@ -18,13 +18,24 @@
 #define NEVER 255                             /* live count of a page that never parks */
 
 static inline unsigned first_slice(const lull_span *s) {
-    return (unsigned)(s - lull_segment_of(s)->slices);
+    return (unsigned)(s - lull_span_table_of(lull_segment_of(s))->slices);
 }
 
-/* The span's rows of park_meta: the free bitmap (a bit a block), then a
- * live count a page. */
+/* This module's part of a segment (base/types.h, LULL_META_PARK_ROWS): a
+ * row a slice, and a parking span's rows together hold its free bitmap (a
+ * bit a block), then a live count a page. Only the span's owner touches
+ * them. */
+typedef struct park_rows {
+    _Alignas(8) uint8_t row[LULL_SLICES][LULL_PARK_META_BYTES];
+} park_rows;
+LULL_META_PART_CHECK(park_rows, PARK_ROWS);
+
+static inline park_rows *park_rows_of(const lull_segment *seg) {
+    return lull_segment_part(seg, LULL_META_PARK_ROWS_AT);
+}
+
 static inline uint64_t *bitmap_of(const lull_span *s) {
-    return (uint64_t *)lull_segment_of(s)->park_meta[first_slice(s)];
+    return (uint64_t *)park_rows_of(lull_segment_of(s))->row[first_slice(s)];
 }
 
 static inline size_t bitmap_words(const lull_span *s) {

@@ -5,6 +5,7 @@
 #include "numa/arena.h"
 #include "numa/page_park.h"
 #include "numa/slice_state.h"
+#include "numa/span_table.h"
 #include "reclaim/huge_cache.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim.h"
@@ -78,7 +79,7 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
             i++;
             continue;
         }
-        lull_span *d = &s->slices[i];
+        lull_span *d = &lull_span_table_of(s)->slices[i];
         uint8_t kind = __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE);
         unsigned n = __atomic_load_n(&d->slice_count, __ATOMIC_RELAXED);
         /* the span's slices that really are in use (a span being set up or

@@ -45,7 +45,7 @@ static lull_segment *seg_of_span(lull_span *s) {
     return lull_segment_of(s);
 }
 static unsigned first_of(lull_span *s) {
-    return (unsigned)(s - seg_of_span(s)->slices);
+    return (unsigned)(s - lull_span_table_of(seg_of_span(s))->slices);
 }
 
 static bool bit(const _Atomic uint64_t *map, unsigned i) {
@@ -108,8 +108,9 @@ static size_t claim_all(lull_arena *a, lull_segment *seg, lull_slice_run *runs, 
     for (unsigned i = LULL_META_SLICES; i < LULL_SLICES; i++) {
         bool c = (claimed[i / 64] >> (i % 64)) & 1;
         cr_assert_eq(c, in_freed_set(i), "slice %u: claimed %d, freed %d", i, c, in_freed_set(i));
-        cr_assert_eq(bit(seg->maps.purging, i), c, "slice %u purging bit", i);
-        cr_assert_not(bit(seg->maps.dirty, i), "slice %u still dirty after the claim", i);
+        cr_assert_eq(bit(lull_slice_maps_of(seg)->purging, i), c, "slice %u purging bit", i);
+        cr_assert_not(bit(lull_slice_maps_of(seg)->dirty, i),
+                      "slice %u still dirty after the claim", i);
     }
     return n;
 }
@@ -147,14 +148,14 @@ Test(arena, purging_slices_are_never_handed_out, .init = setup) {
     }
     for (size_t r = 0; r < n; r++)
         for (unsigned i = runs[r].first; i < runs[r].first + runs[r].count; i++)
-            cr_assert(bit(seg->maps.purging, i));
+            cr_assert(bit(lull_slice_maps_of(seg)->purging, i));
 
     /* purge failed: the slices are dirty again, allocatable, not zero */
     for (size_t r = 0; r < n; r++)
         lull_arena_purge_failed(&runs[r]);
     for (unsigned i = LULL_META_SLICES; i < LULL_SLICES; i++) {
-        cr_assert_not(bit(seg->maps.purging, i));
-        cr_assert_eq(bit(seg->maps.dirty, i), in_freed_set(i), "slice %u", i);
+        cr_assert_not(bit(lull_slice_maps_of(seg)->purging, i));
+        cr_assert_eq(bit(lull_slice_maps_of(seg)->dirty, i), in_freed_set(i), "slice %u", i);
     }
     /* a 60-slice span fits only in the run 40..99 of the first segment */
     bool zeroed = true;
@@ -183,10 +184,10 @@ static void purge_done_case(bool lazy) {
         lull_arena_purge_done(&runs[r], lazy);
     }
     for (unsigned i = LULL_META_SLICES; i < LULL_SLICES; i++) {
-        cr_assert_not(bit(seg->maps.purging, i));
-        cr_assert_not(bit(seg->maps.dirty, i));
-        cr_assert_eq(bit(seg->maps.clean, i), in_freed_set(i), "slice %u", i);
-        cr_assert_eq(bit(seg->maps.lazy, i), lazy && in_freed_set(i), "slice %u", i);
+        cr_assert_not(bit(lull_slice_maps_of(seg)->purging, i));
+        cr_assert_not(bit(lull_slice_maps_of(seg)->dirty, i));
+        cr_assert_eq(bit(lull_slice_maps_of(seg)->clean, i), in_freed_set(i), "slice %u", i);
+        cr_assert_eq(bit(lull_slice_maps_of(seg)->lazy, i), lazy && in_freed_set(i), "slice %u", i);
     }
     /* the first segment is the arena's only one: its clean slices serve the
      * next allocations, which must not map a new segment */
@@ -208,8 +209,8 @@ static void purge_done_case(bool lazy) {
     cr_assert_eq(atomic_load(&a.segment_count), 1);
     /* the lazy bit went with the claim: nothing is left behind */
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-        cr_assert_eq(atomic_load(&seg->maps.lazy[w]), 0);
-        cr_assert_eq(atomic_load(&seg->maps.clean[w]), 0);
+        cr_assert_eq(atomic_load(&lull_slice_maps_of(seg)->lazy[w]), 0);
+        cr_assert_eq(atomic_load(&lull_slice_maps_of(seg)->clean[w]), 0);
     }
 }
 
@@ -255,7 +256,7 @@ Test(arena, claim_respects_the_free_time_and_the_run_limit, .init = setup) {
     uint32_t now = lull_now_ms();
     cr_assert_eq(lull_arena_claim_dirty(&a, now - 60000, runs, 64, (size_t)1 << 40), 0);
     for (unsigned i = LULL_META_SLICES; i < LULL_SLICES; i++)
-        cr_assert_eq(bit(seg->maps.dirty, i), in_freed_set(i));
+        cr_assert_eq(bit(lull_slice_maps_of(seg)->dirty, i), in_freed_set(i));
     /* one run at a time: the rest stays dirty and comes in later claims */
     unsigned got = 0, claims = 0;
     for (;;) {
@@ -266,7 +267,7 @@ Test(arena, claim_respects_the_free_time_and_the_run_limit, .init = setup) {
         got += runs[0].count;
         for (unsigned i = runs[0].first; i < runs[0].first + runs[0].count; i++) {
             cr_assert(in_freed_set(i));
-            cr_assert(bit(seg->maps.purging, i));
+            cr_assert(bit(lull_slice_maps_of(seg)->purging, i));
         }
         lull_arena_purge_done(&runs[0], false);
         cr_assert_lt(claims, 100u);
@@ -425,5 +426,5 @@ Test(arena, lazy_slices_are_taken_before_fresh_clean_ones, .init = setup) {
                  first_of(s), high_first);
     cr_assert_not(zeroed, "MADV_FREE'd slices are not known to be zero");
     for (unsigned i = high_first; i < high_first + 4; i++)
-        cr_assert_not(bit(seg->maps.lazy, i), "slice %u still marked lazy", i);
+        cr_assert_not(bit(lull_slice_maps_of(seg)->lazy, i), "slice %u still marked lazy", i);
 }

@@ -138,7 +138,7 @@ static void free_interior_of_crafted_huge(void *arg) {
     unsigned slice = (unsigned)(((uintptr_t)q & LULL_SEGMENT_MASK) >> LULL_SLICE_SHIFT);
     /* where free() would look: the slice's entry in the span_head table,
      * then the descriptor it names; craft whichever lies in the user data */
-    uint16_t *entry = &seg->span_head[slice];
+    uint16_t *entry = &lull_span_table_of(seg)->span_head[slice];
     if ((char *)entry >= p && (char *)(entry + 1) <= p + 8 * MiB)
         *entry = (uint16_t)(slice * sizeof(lull_span));
     lull_span *d = lull_span_of(seg, q);
@@ -174,7 +174,9 @@ Test(free_errors, free_of_a_pointer_into_free_slices, .init = warm) {
     int free_slice = -1;
     for (unsigned i = LULL_SLICES - 1; i > LULL_META_SLICES; i--) {
         uint64_t bit = (uint64_t)1 << (i % 64);
-        if ((atomic_load(&seg->maps.clean[i / 64]) | atomic_load(&seg->maps.dirty[i / 64])) & bit) {
+        if ((atomic_load(&lull_slice_maps_of(seg)->clean[i / 64]) |
+             atomic_load(&lull_slice_maps_of(seg)->dirty[i / 64])) &
+            bit) {
             free_slice = (int)i;
             break;
         }

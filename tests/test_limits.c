@@ -485,8 +485,8 @@ static size_t lazy_slices(void) {
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
             for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
-                n += (size_t)__builtin_popcountll(atomic_load(&s->maps.lazy[w]) &
-                                                  atomic_load(&s->maps.clean[w]));
+                n += (size_t)__builtin_popcountll(atomic_load(&lull_slice_maps_of(s)->lazy[w]) &
+                                                  atomic_load(&lull_slice_maps_of(s)->clean[w]));
     return n;
 }
 

@@ -605,7 +605,8 @@ Test(malloc_api, a_huge_blocks_span_descriptor_is_in_its_header, .init = init) {
         cr_assert_not_null(p);
         lull_segment *seg = lull_segment_of(p);
         cr_assert_eq(seg->magic, LULL_HUGE_MAGIC);
-        lull_span *d = &seg->slices[((uintptr_t)p - (uintptr_t)seg) >> LULL_SLICE_SHIFT];
+        lull_span *d =
+            &lull_span_table_of(seg)->slices[((uintptr_t)p - (uintptr_t)seg) >> LULL_SLICE_SHIFT];
         cr_assert_leq((uintptr_t)(d + 1), (uintptr_t)p,
                       "alignment %zu: free(%p) reads the descriptor at %p, inside the block",
                       aligns[k], p, (void *)d);

@@ -24,6 +24,7 @@
 #include "lull/counters.h"
 #include "base/types.h"
 #include "numa/page_park.h"
+#include "numa/slice_state.h"
 #include "reclaim/reclaim.h"
 #include "src/heap.h"
 #include "src/span.h"
@@ -102,8 +103,10 @@ static bool slice_is_free(const void *p) {
     lull_segment *seg = lull_segment_of(p);
     unsigned s = slice_of(p), w = s / 64;
     uint64_t bit = (uint64_t)1 << (s % 64);
-    uint64_t any = atomic_load(&seg->maps.dirty[w]) | atomic_load(&seg->maps.purging[w]) |
-                   atomic_load(&seg->maps.clean[w]) | atomic_load(&seg->maps.warm[w]);
+    uint64_t any = atomic_load(&lull_slice_maps_of(seg)->dirty[w]) |
+                   atomic_load(&lull_slice_maps_of(seg)->purging[w]) |
+                   atomic_load(&lull_slice_maps_of(seg)->clean[w]) |
+                   atomic_load(&lull_slice_maps_of(seg)->warm[w]);
     return any & bit;
 }
 

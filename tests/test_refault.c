@@ -34,6 +34,8 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "numa/arena.h"
+#include "numa/slice_history.h"
+#include "numa/slice_state.h"
 #include "base/linux_compat.h"
 #include "tests/support/reclaim_hold.h"
 #include "tests/support/reexec.h"
@@ -213,8 +215,8 @@ static void check_armed(uint64_t *slices, uint64_t *unarmed) {
     for (int a = 0; a < lull_arena_count; a++)
         for (lull_segment *sg = atomic_load(&lull_arenas[a].segments); sg; sg = sg->next)
             for (unsigned i = LULL_META_SLICES; i < LULL_SLICES; i++) {
-                bool clean = atomic_load(&sg->maps.clean[i / 64]) >> (i % 64) & 1;
-                if (!clean || atomic_load(&sg->purged_ms[i]) == 0) continue;
+                bool clean = atomic_load(&lull_slice_maps_of(sg)->clean[i / 64]) >> (i % 64) & 1;
+                if (!clean || atomic_load(&lull_slice_history_of(sg)->purged_ms[i]) == 0) continue;
                 struct page_region v[PAGES_PER_BLOCK];
                 struct pm_scan_arg arg;
                 memset(&arg, 0, sizeof arg);
@@ -245,8 +247,9 @@ static bool slice_free(uintptr_t p) {
     lull_segment *sg = (lull_segment *)(p & ~(uintptr_t)(LULL_SEGMENT_SIZE - 1));
     unsigned i = (unsigned)((p - (uintptr_t)sg) >> LULL_SLICE_SHIFT);
     uint64_t bit = (uint64_t)1 << (i % 64);
-    return (atomic_load(&sg->maps.clean[i / 64]) | atomic_load(&sg->maps.dirty[i / 64]) |
-            atomic_load(&sg->maps.purging[i / 64])) &
+    return (atomic_load(&lull_slice_maps_of(sg)->clean[i / 64]) |
+            atomic_load(&lull_slice_maps_of(sg)->dirty[i / 64]) |
+            atomic_load(&lull_slice_maps_of(sg)->purging[i / 64])) &
            bit;
 }
 

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "slice_check.h"
 #include "numa/arena.h"
+#include "numa/slice_state.h"
+#include "numa/span_table.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -17,7 +19,7 @@ typedef struct {
 
 static word_state load_word(const lull_segment *s, unsigned w) {
     /* the maps are _Atomic; const-casting only to load them */
-    lull_slice_maps *m = (lull_slice_maps *)&s->maps;
+    lull_slice_maps *m = lull_slice_maps_of(s);
     word_state ws;
     ws.map[DIRTY] = atomic_load_explicit(&m->dirty[w], memory_order_acquire);
     ws.map[PURGING] = atomic_load_explicit(&m->purging[w], memory_order_acquire);
@@ -62,13 +64,13 @@ static bool check_spans(const lull_segment *s, unsigned w, const word_state *ws,
         unsigned slice = w * 64 + b;
         bool meta = slice < LULL_META_SLICES;
         bool in_map = (free_bits >> b) & 1;
-        bool covered = s->span_head[slice] != 0;
+        bool covered = lull_span_table_of(s)->span_head[slice] != 0;
         if (in_map && meta)
             return report(msg, len, s, slice, "metadata slice in a map", NULL, NULL);
         if (in_map && covered) {
             char what[96];
             snprintf(what, sizeof what, "free but covered by the span of slice %zu",
-                     (size_t)s->span_head[slice] / sizeof(lull_span));
+                     (size_t)lull_span_table_of(s)->span_head[slice] / sizeof(lull_span));
             return report(msg, len, s, slice, what, NULL, NULL);
         }
         if (meta || in_map) continue;
