@@ -299,6 +299,7 @@ typedef struct lull_heap {
      * out again itself, a list a class (linked as in a message) */
     lull_block *reuse[LULL_CLASSES];
     uint16_t reuse_count[LULL_CLASSES];
+    uint8_t reuse_direct[LULL_CLASSES]; /* direct[] of the class points away */
     uint32_t reuse_bytes;
     /* src/defrag.c: the heap's counters when its views were last known to
      * be right, and the views (read and written by defrag calls only) */

@@ -161,12 +161,7 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
         while (c < lull_class_count && lull_classes[c].block_size % alignment)
             c++;
         if (c < lull_class_count) {
-            if (h->reuse[c]) {
-                lull_block *b = lull_reuse_take(h, c);
-                h->allocs++;
-                b->next_encoded = 0; /* its message mark: a free would take it for a second one */
-                return b;
-            }
+            if (h->reuse[c]) return lull_reuse_take(h, c);
             if (__builtin_expect(h->profile != NULL, 0)) {
                 void *b = lull_profile_alloc_small(h, c, size, zeroed);
                 if (!b) goto oom;
@@ -234,6 +229,13 @@ __attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, s
 }
 
 void *lull_malloc_slow(size_t size) {
+    if (size <= 1024) {
+        /* a block this thread freed into another heap's span first
+         * (reuse.h): the heap is set up (the empty heap's lists are empty) */
+        lull_heap *h = lull_tl_heap;
+        unsigned c = lull_small_class_of[(size + 7) >> 3];
+        if (h->reuse[c]) return lull_reuse_take(h, c);
+    }
     bool zeroed;
     if (size > LULL_MAX_ALLOC) {
         errno = ENOMEM;

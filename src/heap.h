@@ -23,7 +23,7 @@ extern __thread lull_heap *lull_tl_heap;
  * waiting span while the class's reuse list holds blocks: src/reuse.h). */
 static inline void lull_heap_set_current(lull_heap *h, unsigned c, lull_span *s) {
     h->current[c] = s;
-    if (h->profile || h->reuse[c]) return;
+    if (h->profile || h->reuse_direct[c]) return;
     for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
         h->direct[w] = s;
 }

@@ -28,6 +28,7 @@
 #include "base/types.h"
 
 #define LULL_REUSE_MAX_BLOCKS 32
+#define LULL_REUSE_BATCH 4
 #define LULL_REUSE_MAX_BYTES ((uint32_t)64 << 10)
 /* LULL_REUSE_MAX_BYTES; the tests of messages set 0 (no reuse) */
 extern uint32_t lull_reuse_max_bytes;
@@ -35,8 +36,8 @@ extern uint32_t lull_reuse_max_bytes;
 /* Keep block b (of `span`, owned by another heap) for h's own mallocs;
  * false if it does not fit (then it goes out in a message). */
 bool lull_reuse_put(lull_heap *h, lull_block *b, const lull_span *span);
-/* A block of class c from h's list (which must hold one), ready to hand
- * out. */
+/* A block of class c from h's list (which must hold one), handed out
+ * (counted, its mark cleared). */
 lull_block *lull_reuse_take(lull_heap *h, unsigned c);
 /* Every kept block into the outbox, to its owner (not sent yet). */
 void lull_reuse_flush(lull_heap *h);

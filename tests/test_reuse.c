@@ -158,26 +158,63 @@ Test(reuse, a_collect_sends_the_kept_blocks_to_their_owner) {
 
 /* ---- the direct table ----------------------------------------------------- */
 
-static bool direct_waiting, direct_back;
+static bool direct_before_batch, direct_waiting, direct_back;
 
 static void *look_at_direct(void *arg) {
     (void)arg;
     lull_free(lull_malloc(SIZE));
     lull_heap *h = lull_tl_heap;
     unsigned c = lull_class_of(SIZE), w = (SIZE + 7) >> 3;
-    lull_free(owned[0]);
+    for (unsigned i = 0; i < LULL_REUSE_BATCH - 1; i++)
+        lull_free(owned[i]);
+    direct_before_batch = h->direct[w] == h->current[c];
+    lull_free(owned[LULL_REUSE_BATCH - 1]);
     direct_waiting = h->direct[w] != h->current[c] && h->direct[w]->free == NULL;
-    got[0] = lull_malloc(SIZE);
+    for (unsigned i = 0; i < LULL_REUSE_BATCH; i++)
+        got[i] = lull_malloc(SIZE);
     direct_back = h->direct[w] == h->current[c];
-    lull_free(got[0]);
+    for (unsigned i = 0; i < LULL_REUSE_BATCH; i++)
+        lull_free(got[i]);
     lull_thread_collect();
     return NULL;
 }
 
-Test(reuse, malloc_takes_the_slow_path_only_while_a_list_holds_blocks) {
-    allocate_owned(1, SIZE);
+/* direct[] leads to the current span until a batch waits, then away from
+ * it (every malloc of the class pops the list), and back after the last */
+Test(reuse, malloc_takes_the_slow_path_only_while_a_batch_waits) {
+    allocate_owned(LULL_REUSE_BATCH, SIZE);
     run_thread(look_at_direct);
-    cr_assert(direct_waiting, "direct[] still led to the current span with a block kept");
+    cr_assert(direct_before_batch, "direct[] pointed away before a batch waited");
+    cr_assert(direct_waiting, "direct[] still led to the current span with a batch kept");
     cr_assert(direct_back, "direct[] did not lead to the current span again");
-    cr_assert_eq(got[0], owned[0]);
+    for (unsigned i = 0; i < LULL_REUSE_BATCH; i++)
+        cr_assert_eq(got[i], owned[LULL_REUSE_BATCH - 1 - i]);
+}
+
+/* ---- fewer than a batch wait for the class's span to run dry --------------- */
+
+static unsigned taken_before_dry;
+
+static void *drain_own_span(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(SIZE)); /* a span of the class of its own, with free blocks */
+    lull_free(owned[0]);
+    /* its own span's blocks come first; the kept one once the span has none */
+    taken_before_dry = 0;
+    for (unsigned i = 0; i < 64; i++) {
+        got[i] = lull_malloc(SIZE);
+        if (got[i] == owned[0]) break;
+        taken_before_dry++;
+    }
+    for (unsigned i = 0; i <= taken_before_dry && i < 64; i++)
+        lull_free(got[i]);
+    return NULL;
+}
+
+Test(reuse, a_single_kept_block_is_taken_when_the_span_runs_dry) {
+    allocate_owned(1, SIZE);
+    run_thread(drain_own_span);
+    cr_log_info("%u blocks of its own span first", taken_before_dry);
+    cr_assert_lt(taken_before_dry, 64, "the kept block was never handed out");
+    cr_assert_gt(taken_before_dry, 0, "the kept block came before the span's own");
 }
