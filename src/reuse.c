@@ -21,28 +21,12 @@ static void point_direct(lull_heap *h, unsigned c, lull_span *s) {
         h->direct[w] = s;
 }
 
-bool lull_reuse_put(lull_heap *h, lull_block *b, const lull_span *span) {
-    unsigned c = span->size_class;
-    uint32_t bs = span->block_size;
-    if (h->profile || h->reuse_count[c] >= LULL_REUSE_MAX_BLOCKS ||
-        h->reuse_bytes + bs > lull_reuse_max_bytes || lull_segment_of(b)->node != h->node)
-        return false;
-    lull_message_link(b, h->reuse[c]);
-    h->reuse[c] = b;
-    if (++h->reuse_count[c] == LULL_REUSE_BATCH && !h->profile) point_direct(h, c, &reuse_waiting);
-    h->reuse_bytes += bs;
-    return true;
+void lull_reuse_point_away(lull_heap *h, unsigned c) {
+    if (!h->profile) point_direct(h, c, &reuse_waiting);
 }
 
-lull_block *lull_reuse_take(lull_heap *h, unsigned c) {
-    lull_block *b = h->reuse[c];
-    h->reuse[c] = lull_message_next(b);
-    h->reuse_count[c]--;
-    h->reuse_bytes -= lull_classes[c].block_size;
-    if (!h->reuse[c] && h->reuse_direct[c]) point_direct(h, c, h->current[c]);
-    b->next_encoded = 0; /* its mark: its free would take it for a second one */
-    h->allocs++;
-    return b;
+void lull_reuse_point_back(lull_heap *h, unsigned c) {
+    point_direct(h, c, h->current[c]);
 }
 
 void lull_reuse_flush(lull_heap *h) {
