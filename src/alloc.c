@@ -479,6 +479,13 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     free_other_slow(p, span, h);
 }
 
+void lull_free_home(void *p, lull_span *span, lull_heap *h) {
+    if (atomic_load_explicit(&span->heap, memory_order_relaxed) == h)
+        lull_free_inline(p);
+    else
+        free_other_slow(p, span, h);
+}
+
 void lull_free_not_segment(void *p) {
     if (!p) return;
     lull_huge *h = lull_aligned_huge_of(p);

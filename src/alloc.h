@@ -24,6 +24,9 @@ void *lull_malloc_aligned_generic(size_t alignment, size_t size);
 /* free() of a block of one of our spans that the calling thread does not
  * own: a remote free, a large block, or an invalid / double free. */
 void lull_free_other(void *p, lull_span *span, lull_heap *h);
+/* free() of a small block of span `span` by the thread of heap h, never
+ * kept for reuse: another heap's block goes out to its owner (defrag). */
+void lull_free_home(void *p, lull_span *span, lull_heap *h);
 /* A local free whose block looks like it may be free already: aborts if
  * it is on its span's free list (a double free), else frees it. */
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h);

@@ -371,7 +371,10 @@ LULL_EXPORT void *lull_defrag_move(void *p) {
      * not 1.10) */
     if (mine && !span->parking && !span->kept && lull_classes[c].park_start)
         lull_span_park_start(span);
-    lull_free_inline(p); /* local, or a remote free to p's owner */
+    /* local, or a remote free sent to p's owner: kept for this thread's
+     * reuse (src/reuse.h), its next malloc would put a block back into the
+     * sparse span it just left */
+    lull_free_home(p, span, h);
     bool alive = mine && atomic_load_explicit(&span->heap, memory_order_relaxed) == h;
     /* The view stays right if the heap did only what it expects: one block
      * allocated and one freed (the class's count in use unchanged, or one
