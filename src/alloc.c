@@ -204,8 +204,18 @@ oom:
  * is where the heap profile's stacks start */
 __attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, size_t alignment,
                                                                   bool *zeroed) {
-    if (__builtin_expect(lull_profile_interval_now() != 0, 0))
+    if (__builtin_expect(lull_profile_interval_now() != 0, 0)) {
         lull_profile_boundary = (uintptr_t)__builtin_dwarf_cfa();
+        /* a window ran out (lull_profile_next_window) */
+        lull_heap *h = lull_tl_heap;
+        if (alignment == 1 && size <= 1024 && h->profile) {
+            void *b = lull_profile_next_window(h, lull_class_of(size));
+            if (b) {
+                *zeroed = false;
+                return b;
+            }
+        }
+    }
     if (__builtin_expect(lull_tl_heap == &lull_heap_empty, 0)) {
         if (lull_heap_thread_done()) {
             /* an exiting thread, after lull's heap destructor: see heap.c */
