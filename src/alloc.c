@@ -123,15 +123,10 @@ lull_span *lull_class_refill(lull_heap *h, unsigned c) {
     return s;
 }
 
-void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment) {
-    size_t pad = alignment > LULL_SLICE_SIZE ? alignment - LULL_SLICE_SIZE : 0;
-    /* at least one byte past the alignment pad: a 0-byte block must still lie
-     * inside its span */
-    size_t slices = ((size ? size : 1) + pad + LULL_SLICE_SIZE - 1) >> LULL_SLICE_SHIFT;
-    bool zeroed;
-    follow_home_node(h);
-    lull_span *s = lull_arena_alloc_span(h->arena, (unsigned)slices, &zeroed);
-    if (!s) return NULL;
+/* A span's fields for one large block of `size` bytes, aligned to
+ * `alignment` (at least a slice), in its `slices` slices. */
+static void *large_span_init(lull_span *s, size_t size, size_t alignment, size_t slices,
+                             bool zeroed) {
     uint8_t *start = lull_span_start(s);
     uintptr_t block = ((uintptr_t)start + alignment - 1) & ~(uintptr_t)(alignment - 1);
     s->block_offset = (uint32_t)(block - (uintptr_t)start);
@@ -150,6 +145,22 @@ void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment) {
     atomic_store_explicit(&s->thread_free, 0, memory_order_relaxed);
     __atomic_store_n(&s->kind, LULL_SPAN_LARGE, __ATOMIC_RELEASE);
     return (void *)block;
+}
+
+void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment) {
+    size_t pad = alignment > LULL_SLICE_SIZE ? alignment - LULL_SLICE_SIZE : 0;
+    /* at least one byte past the alignment pad: a 0-byte block must still lie
+     * inside its span */
+    size_t slices = ((size ? size : 1) + pad + LULL_SLICE_SIZE - 1) >> LULL_SLICE_SHIFT;
+    bool zeroed;
+    follow_home_node(h);
+    lull_span *s = lull_arena_alloc_span(h->arena, (unsigned)slices, &zeroed);
+    if (!s) return NULL;
+    return large_span_init(s, size, alignment, slices, zeroed);
+}
+
+void *lull_large_alloc_again(lull_span *s, size_t size) {
+    return large_span_init(s, size, LULL_SLICE_SIZE, 1, false);
 }
 
 static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *zeroed) {
@@ -435,8 +446,11 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
         if (!__atomic_compare_exchange_n(&span->kind, &expected, LULL_SPAN_NONE, false,
                                          __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             lull_fatal("free(): double free of %p (large block)", p);
-        if (span->sampled) lull_profile_forget(p);
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
+        if (span->sampled) {
+            lull_profile_forget(p);
+            if (lull_profile_keep_span(h, span)) return; /* for this heap's next sample */
+        }
         lull_arena_free_span(span);
         lull_reclaim_start_point();
         return;

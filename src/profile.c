@@ -176,17 +176,11 @@ void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes) {
     double prob =
         lull_one_minus_exp_neg((double)sampled_bytes / (double)lull_profile_interval_now());
     double objects = prob > 0 ? 1.0 / prob : 1.0;
-    pthread_mutex_lock(&lock);
-    if (!tables_ready() || nsamples >= SAMPLE_SLOTS / 2) {
-        dropped++;
-        goto out;
-    }
-    pthread_mutex_unlock(&lock);
-    /* outside the lock: the unwinder may read the unwind tables */
+    /* outside the lock: the walk may read the unwind tables */
     lull_stack_take(&w);
     pthread_mutex_lock(&lock);
-    uint32_t k = stack_intern(&w);
-    if (k == UINT32_MAX || nsamples >= SAMPLE_SLOTS / 2) {
+    uint32_t k = tables_ready() && nsamples < SAMPLE_SLOTS / 2 ? stack_intern(&w) : UINT32_MAX;
+    if (k == UINT32_MAX) {
         dropped++;
         goto out;
     }

@@ -10,13 +10,14 @@
 #include "src/profile.h"
 #include "src/profile_math.h"
 #include "src/alloc.h"
+#include "numa/arena.h"
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
 #include <sys/mman.h>
 
-#define MIN_WINDOW 32
+#define MIN_WINDOW 64
 
 static uint64_t next_random(lull_heap_profile *p) {
     p->rng ^= p->rng >> 12;
@@ -133,7 +134,8 @@ void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zero
         if (p->until_sample[c] <= (int64_t)bs) {
             /* this allocation crosses the point */
             p->until_sample[c] = bytes_to_next_sample(p);
-            void *b = lull_large_alloc(h, size, LULL_SLICE_SIZE);
+            void *b = p->spares ? lull_large_alloc_again(p->spare[--p->spares], size)
+                                : lull_large_alloc(h, size, LULL_SLICE_SIZE);
             if (b) {
                 lull_span *s = lull_span_of(lull_segment_of(b), b);
                 s->sampled = 1;
@@ -193,9 +195,19 @@ bool lull_profile_large_due(lull_heap *h, size_t size) {
     return true;
 }
 
+bool lull_profile_keep_span(lull_heap *h, lull_span *span) {
+    lull_heap_profile *p = h->profile;
+    if (!p || p->spares == LULL_PROFILE_SPARE_SPANS || span->block_size != LULL_SLICE_SIZE)
+        return false;
+    p->spare[p->spares++] = span;
+    return true;
+}
+
 void lull_profile_heap_flush(lull_heap *h) {
     lull_heap_profile *p = h->profile;
     if (!p) return;
+    while (p->spares)
+        lull_arena_free_span(p->spare[--p->spares]);
     for (unsigned c = 1; c < lull_class_count; c++) {
         lull_span *w = &p->window[c];
         uint32_t back = 0;
