@@ -216,8 +216,7 @@ oom:
 __attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, size_t alignment,
                                                                   bool *zeroed) {
     if (__builtin_expect(lull_profile_interval_now() != 0, 0)) {
-        lull_profile_boundary = (uintptr_t)__builtin_dwarf_cfa();
-        /* a window ran out (lull_profile_next_window) */
+        /* a window ran out (lull_profile_next_window): no sample there */
         lull_heap *h = lull_tl_heap;
         if (alignment == 1 && size <= 1024 && h->profile) {
             void *b = lull_profile_next_window(h, lull_class_of(size));
@@ -226,6 +225,7 @@ __attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, s
                 return b;
             }
         }
+        lull_profile_boundary = (uintptr_t)__builtin_dwarf_cfa();
     }
     if (__builtin_expect(lull_tl_heap == &lull_heap_empty, 0)) {
         if (lull_heap_thread_done()) {

@@ -170,9 +170,10 @@ void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes) {
      * pointer at its call is below the boundary for the slow path's callees
      * and itself, equal for its caller), and the entry points'
      * (src/entry_text.h) */
-    lull_stack w = {.below = lull_profile_boundary,
-                    .skip_from = (uintptr_t)__start_lull_entry_text,
-                    .skip_to = (uintptr_t)__stop_lull_entry_text};
+    lull_stack w; /* not zeroed: its frames are written up to its depth */
+    w.below = lull_profile_boundary;
+    w.skip_from = (uintptr_t)__start_lull_entry_text;
+    w.skip_to = (uintptr_t)__stop_lull_entry_text;
     double prob =
         lull_one_minus_exp_neg((double)sampled_bytes / (double)lull_profile_interval_now());
     double objects = prob > 0 ? 1.0 / prob : 1.0;

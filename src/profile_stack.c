@@ -496,9 +496,12 @@ static bool walk_cached(lull_stack *s, uintptr_t ra, uintptr_t sp, uintptr_t rbp
         uintptr_t cfa = (r.how == RULE_FROM_RSP ? sp : rbp) + (uintptr_t)(intptr_t)r.cfa_offset;
         uintptr_t ra_at = cfa + (uintptr_t)(intptr_t)r.ra_offset;
         uintptr_t rbp_at = cfa + (uintptr_t)(intptr_t)r.rbp_offset;
-        /* a caller's frame is above its callee's, all of it in the stack */
-        if (r.how == RULE_SLOW || cfa <= sp || cfa > high || ra_at < sp || ra_at > high - 8 ||
-            (r.rbp_offset && (rbp_at < sp || rbp_at > high - 8))) {
+        /* a caller's frame is above its callee's, all of it in the stack:
+         * sp < cfa <= high, and the words read in [sp, high) (an unsigned
+         * difference checks both ends) */
+        uintptr_t room = high - sp;
+        if (r.how == RULE_SLOW || room < 8 || cfa - sp - 1 >= room || ra_at - sp > room - 8 ||
+            (r.rbp_offset && rbp_at - sp > room - 8)) {
             done = false;
             break;
         }

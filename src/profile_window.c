@@ -60,7 +60,8 @@ bool lull_profile_heap_attach(lull_heap *h) {
  * others, and its list holds only what came back since its last window
  * (bench/callgrind.sh mixed: windows of 12 blocks for 1 KiB, whose spans
  * hold 64). The first few of the class's spans are looked at. */
-static lull_span *longest_list(lull_heap *h, unsigned c, lull_span *s) {
+static inline lull_span *longest_list(lull_heap *h, unsigned c, lull_span *s) {
+    if (h->queue[c].head == h->queue[c].tail) return s; /* the only one */
     uint32_t longest = s->carved - lull_span_used(s);
     lull_span *best = s;
     unsigned looked = 0;
