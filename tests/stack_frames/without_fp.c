@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-static volatile int sink;
+static volatile unsigned sink;
 
 void frame_without_fp(const char *kinds, void *arg) {
     volatile int local = sink;
@@ -22,8 +22,8 @@ void frame_big_without_fp(const char *kinds, void *arg) {
 /* seven values live across the call: more than the callee-saved registers
  * other than rbp, so rbp holds one and is saved in the frame */
 void frame_many_registers(const char *kinds, void *arg) {
-    int a = sink, b = sink * 3, c = sink ^ 5, d = sink + 7, e = sink * 11, f = sink - 13,
-        g = sink * 17;
+    unsigned a = sink, b = sink * 3, c = sink ^ 5, d = sink + 7, e = sink * 11, f = sink - 13,
+             g = sink * 17;
     frame_step(kinds, arg);
     sink = a + b * c + d * e + f * g + sink;
 }
