@@ -153,11 +153,17 @@ Test(profile_stack, deep_recursion) {
     }
 }
 
-/* A CFA computed by a DWARF expression: _Unwind_Backtrace walks, and the
- * frames are the same. */
-Test(profile_stack, realigned_frame_falls_back) {
+/* A realigned frame: gcc gives its CFA by a DWARF expression, so
+ * _Unwind_Backtrace walks (clang realigns with rbp and rbx, a rule the
+ * cache follows); the frames are the same either way. */
+Test(profile_stack, realigned_frame) {
     probe p = {0};
-    cr_expect_not(walk_kinds("orf", &p), "a realigned frame was walked by the rules");
+    bool fast = walk_kinds("orf", &p);
+#ifdef __clang__
+    (void)fast;
+#else
+    cr_expect_not(fast, "a CFA given by an expression was walked by the rules");
+#endif
 }
 
 /* The filters: frames below a stack pointer, and those returning into a
