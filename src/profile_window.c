@@ -92,12 +92,14 @@ static bool cut_window(lull_heap *h, unsigned c) {
     uint32_t bs = s->block_size;
     uint64_t before_point = (uint64_t)(p->until_sample[c] - 1) / bs;
     /* a window ends at the first malloc that finds it empty: one trip
-     * down the slow path (about 90 instructions) per window. Where frees
-     * come back about as fast as mallocs go out, the list holds only the
-     * blocks freed since the last window, a handful for a class of a
-     * mixed workload; so a short list is lengthened by carving, up to
-     * MIN_WINDOW blocks (bench/callgrind.sh mixed at profile_sample_kb=8192:
-     * 117.8 instructions a pair before, against 106.9 with profiling off) */
+     * down the slow path (about 90 instructions, lull_profile_next_window)
+     * per window. Where frees come back about as fast as mallocs go out,
+     * the list holds only the blocks freed since the last window, a
+     * handful for a class of a mixed workload; so a short list is
+     * lengthened by carving, up to MIN_WINDOW blocks (bench/callgrind.sh
+     * mixed at profile_sample_kb=8192: 117.8 instructions a pair without
+     * it; 106.9 with it, the longest list and the short path, as with
+     * profiling off) */
     while (!s->parking && s->carved < s->capacity && s->carved - lull_span_used(s) < MIN_WINDOW &&
            s->carved - lull_span_used(s) < before_point)
         lull_span_extend(s);
