@@ -20,6 +20,9 @@ lull_span *lull_class_refill(lull_heap *h, unsigned c);
 /* A one-block large span for `size` bytes aligned to `alignment` (at
  * least a slice), or NULL. */
 void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment);
+/* The same in s, a one-slice span kept after its large block's free (the
+ * heap profile's, lull_profile_keep_span): its memory is not zeroed. */
+void *lull_large_alloc_again(lull_span *s, size_t size);
 void *lull_malloc_aligned_generic(size_t alignment, size_t size);
 /* free() of a block of one of our spans that the calling thread does not
  * own: a remote free, a large block, or an invalid / double free. */

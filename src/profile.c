@@ -25,6 +25,7 @@
 #include "base/module.h"
 #include "src/entry_text.h"
 #include "src/pprof_write.h"
+#include "src/profile_stack.h"
 #include "lull.h"
 
 #include <errno.h>
@@ -35,7 +36,6 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-#include <unwind.h>
 
 _Atomic uint64_t lull_profile_interval;
 __thread uintptr_t lull_profile_boundary __attribute__((tls_model("initial-exec")));
@@ -84,27 +84,6 @@ static bool tables_ready(void) {
 
 /* ---- stacks ----------------------------------------------------------- */
 
-typedef struct {
-    uintptr_t pc[LULL_PROFILE_MAX_DEPTH];
-    uint32_t depth;
-    uintptr_t boundary;
-} stack_walk;
-
-static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg) {
-    stack_walk *w = arg;
-    uintptr_t ip = _Unwind_GetIP(ctx);
-    if (!ip) return _URC_END_OF_STACK;
-    /* lull's frames: those below the entry's slow path (a frame's CFA, as
-     * the unwinder gives it here, is the stack pointer at its call: below
-     * the boundary for the slow path's callees and itself, equal for its
-     * caller), and the entry points' (src/entry_text.h) */
-    if (_Unwind_GetCFA(ctx) < w->boundary ||
-        (ip >= (uintptr_t)__start_lull_entry_text && ip < (uintptr_t)__stop_lull_entry_text))
-        return _URC_NO_REASON;
-    w->pc[w->depth++] = ip - 1; /* a return address: the call is the byte before */
-    return w->depth < LULL_PROFILE_MAX_DEPTH ? _URC_NO_REASON : _URC_END_OF_STACK;
-}
-
 static uint64_t stack_hash(const uintptr_t *pc, uint32_t depth) {
     uint64_t h = 0xcbf29ce484222325ULL ^ depth;
     for (uint32_t i = 0; i < depth; i++) {
@@ -115,10 +94,16 @@ static uint64_t stack_hash(const uintptr_t *pc, uint32_t depth) {
     return h;
 }
 
+static bool same_stack(const uintptr_t *pc, const uintptr_t *ra, uint32_t depth) {
+    for (uint32_t d = 0; d < depth; d++)
+        if (pc[d] != ra[d] - 1) return false;
+    return true;
+}
+
 /* Under the lock: the stack's record, added if new; UINT32_MAX when the
  * table is full. */
-static uint32_t stack_intern(const stack_walk *w) {
-    uint64_t h = stack_hash(w->pc, w->depth);
+static uint32_t stack_intern(const lull_stack *w) {
+    uint64_t h = stack_hash(w->ra, w->depth);
     for (uint32_t i = (uint32_t)h & (STACK_SLOTS - 1);; i = (i + 1) & (STACK_SLOTS - 1)) {
         uint32_t k = stack_index[i];
         if (!k) {
@@ -126,13 +111,14 @@ static uint32_t stack_intern(const stack_walk *w) {
             stack_record *r = &stacks[nstacks];
             r->hash = h;
             r->depth = w->depth;
-            memcpy(r->pc, w->pc, w->depth * sizeof w->pc[0]);
+            /* a return address less one: inside the call, whose line it is */
+            for (uint32_t d = 0; d < w->depth; d++)
+                r->pc[d] = w->ra[d] - 1;
             stack_index[i] = ++nstacks;
             return nstacks - 1;
         }
         stack_record *r = &stacks[k - 1];
-        if (r->hash == h && r->depth == w->depth &&
-            memcmp(r->pc, w->pc, w->depth * sizeof w->pc[0]) == 0)
+        if (r->hash == h && r->depth == w->depth && same_stack(r->pc, w->ra, w->depth))
             return k - 1;
     }
 }
@@ -180,21 +166,22 @@ static void note_peak(void) {
 void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes) {
     if (tl_in_profile) return;
     tl_in_profile = true;
-    stack_walk w = {.depth = 0, .boundary = lull_profile_boundary};
+    /* lull's frames: those below the entry's slow path (a frame's stack
+     * pointer at its call is below the boundary for the slow path's callees
+     * and itself, equal for its caller), and the entry points'
+     * (src/entry_text.h) */
+    lull_stack w; /* not zeroed: its frames are written up to its depth */
+    w.below = lull_profile_boundary;
+    w.skip_from = (uintptr_t)__start_lull_entry_text;
+    w.skip_to = (uintptr_t)__stop_lull_entry_text;
     double prob =
         lull_one_minus_exp_neg((double)sampled_bytes / (double)lull_profile_interval_now());
     double objects = prob > 0 ? 1.0 / prob : 1.0;
+    /* outside the lock: the walk may read the unwind tables */
+    lull_stack_take(&w);
     pthread_mutex_lock(&lock);
-    if (!tables_ready() || nsamples >= SAMPLE_SLOTS / 2) {
-        dropped++;
-        goto out;
-    }
-    pthread_mutex_unlock(&lock);
-    /* outside the lock: the unwinder reads the unwind tables */
-    _Unwind_Backtrace(walk_frame, &w);
-    pthread_mutex_lock(&lock);
-    uint32_t k = stack_intern(&w);
-    if (k == UINT32_MAX || nsamples >= SAMPLE_SLOTS / 2) {
+    uint32_t k = tables_ready() && nsamples < SAMPLE_SLOTS / 2 ? stack_intern(&w) : UINT32_MAX;
+    if (k == UINT32_MAX) {
         dropped++;
         goto out;
     }

@@ -10,13 +10,14 @@
 #include "src/profile.h"
 #include "src/profile_math.h"
 #include "src/alloc.h"
+#include "numa/arena.h"
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
 #include <sys/mman.h>
 
-#define MIN_WINDOW 32
+#define MIN_WINDOW 64
 
 static uint64_t next_random(lull_heap_profile *p) {
     p->rng ^= p->rng >> 12;
@@ -51,22 +52,54 @@ bool lull_profile_heap_attach(lull_heap *h) {
     return true;
 }
 
+#define SPANS_LOOKED_AT 8
+
+/* The span of class c with the longest list, made current, when the
+ * current span s has fewer than MIN_WINDOW blocks listed: malloc takes
+ * from the current span, so that span fills up while frees thin out the
+ * others, and its list holds only what came back since its last window
+ * (bench/callgrind.sh mixed: windows of 12 blocks for 1 KiB, whose spans
+ * hold 64). The first few of the class's spans are looked at. */
+static inline lull_span *longest_list(lull_heap *h, unsigned c, lull_span *s) {
+    if (h->queue[c].head == h->queue[c].tail) return s; /* the only one */
+    uint32_t longest = s->carved - lull_span_used(s);
+    lull_span *best = s;
+    unsigned looked = 0;
+    for (lull_span *o = h->queue[c].head; o && looked < SPANS_LOOKED_AT; o = o->next, looked++) {
+        if (o == s || !o->free || o->parking) continue;
+        uint32_t listed = o->carved - lull_span_used(o);
+        if (listed > longest) {
+            best = o;
+            longest = listed;
+        }
+    }
+    if (best != s) {
+        lull_heap_queue_remove(&h->queue[c], best);
+        lull_heap_queue_push_front(&h->queue[c], best);
+        lull_heap_set_current(h, c, best);
+    }
+    return best;
+}
+
 /* A new window for class c, from its current span (refilled if it has no
- * free block), ending before the next sample point. False when no memory
- * is left. */
+ * free block, or another if its list is short), ending before the next
+ * sample point. False when no memory is left. */
 static bool cut_window(lull_heap *h, unsigned c) {
     lull_heap_profile *p = h->profile;
     lull_span *s = h->current[c];
     if (!s->free && !(s = lull_class_refill(h, c))) return false;
+    if (s->carved - lull_span_used(s) < MIN_WINDOW) s = longest_list(h, c, s);
     uint32_t bs = s->block_size;
     uint64_t before_point = (uint64_t)(p->until_sample[c] - 1) / bs;
     /* a window ends at the first malloc that finds it empty: one trip
-     * down the slow path (about 90 instructions) per window. Where frees
-     * come back about as fast as mallocs go out, the list holds only the
-     * blocks freed since the last window, a handful for a class of a
-     * mixed workload; so a short list is lengthened by carving, up to
-     * MIN_WINDOW blocks (bench/callgrind.sh mixed at profile_sample_kb=8192:
-     * 117.8 instructions a pair before, against 106.9 with profiling off) */
+     * down the slow path (about 90 instructions, lull_profile_next_window)
+     * per window. Where frees come back about as fast as mallocs go out,
+     * the list holds only the blocks freed since the last window, a
+     * handful for a class of a mixed workload; so a short list is
+     * lengthened by carving, up to MIN_WINDOW blocks (bench/callgrind.sh
+     * mixed at profile_sample_kb=8192: 117.8 instructions a pair without
+     * it; 106.9 with it, the longest list and the short path, as with
+     * profiling off) */
     while (!s->parking && s->carved < s->capacity && s->carved - lull_span_used(s) < MIN_WINDOW &&
            s->carved - lull_span_used(s) < before_point)
         lull_span_extend(s);
@@ -104,7 +137,8 @@ void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zero
         if (p->until_sample[c] <= (int64_t)bs) {
             /* this allocation crosses the point */
             p->until_sample[c] = bytes_to_next_sample(p);
-            void *b = lull_large_alloc(h, size, LULL_SLICE_SIZE);
+            void *b = p->spares ? lull_large_alloc_again(p->spare[--p->spares], size)
+                                : lull_large_alloc(h, size, LULL_SLICE_SIZE);
             if (b) {
                 lull_span *s = lull_span_of(lull_segment_of(b), b);
                 s->sampled = 1;
@@ -127,6 +161,35 @@ void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zero
     return b;
 }
 
+void *lull_profile_next_window(lull_heap *h, unsigned c) {
+    lull_heap_profile *p = h->profile;
+    lull_span *s = h->current[c];
+    lull_block *first = s->free;
+    if (!first) return NULL; /* a refill */
+    uint32_t bs = s->block_size;
+    int64_t left = p->until_sample[c] - (int64_t)p->window_cut[c] * bs;
+    uint32_t listed = s->carved - lull_span_used(s);
+    if (listed < MIN_WINDOW) {
+        s = longest_list(h, c, s);
+        first = s->free;
+        listed = s->carved - lull_span_used(s);
+        if (listed < MIN_WINDOW && !s->parking && s->carved < s->capacity)
+            return NULL; /* cut_window carves */
+    }
+    /* the sample point falls in the list, or is this allocation */
+    if ((int64_t)listed * bs >= left) return NULL;
+    s->free = NULL;
+    s->used += listed; /* as `listed` pops would */
+    p->until_sample[c] = left;
+    p->window_cut[c] = listed;
+    p->window[c].free = lull_block_next(first);
+    h->allocs++;
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+    first->next_encoded = 0; /* see lull_malloc_inline */
+#endif
+    return first;
+}
+
 bool lull_profile_large_due(lull_heap *h, size_t size) {
     lull_heap_profile *p = h->profile;
     p->large_until_sample -= (int64_t)(size ? size : 1);
@@ -135,9 +198,19 @@ bool lull_profile_large_due(lull_heap *h, size_t size) {
     return true;
 }
 
+bool lull_profile_keep_span(lull_heap *h, lull_span *span) {
+    lull_heap_profile *p = h->profile;
+    if (!p || p->spares == LULL_PROFILE_SPARE_SPANS || span->block_size != LULL_SLICE_SIZE)
+        return false;
+    p->spare[p->spares++] = span;
+    return true;
+}
+
 void lull_profile_heap_flush(lull_heap *h) {
     lull_heap_profile *p = h->profile;
     if (!p) return;
+    while (p->spares)
+        lull_arena_free_span(p->spare[--p->spares]);
     for (unsigned c = 1; c < lull_class_count; c++) {
         lull_span *w = &p->window[c];
         uint32_t back = 0;
