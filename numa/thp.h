@@ -62,6 +62,14 @@ void lull_thp_note_page_purge(lull_segment *s, unsigned slice);
 bool lull_thp_tick_start(void);
 /* Collapse up to `max` dense regions of the segment; the number tried. */
 unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max);
+/* The warm reserve's (reclaim/warm_reserve.c): region r, every slice of it
+ * claimed clean (no page present), made one huge page of zeroes; false if
+ * that failed (the region is then as it was but for its first page,
+ * faulted in and still zero). */
+bool lull_thp_prefault_region(lull_segment *s, unsigned r);
+/* The region of `slice` is huge and kept (some slice of it in use, and
+ * huge regions kept this tick): purging any of it would split it. */
+bool lull_thp_region_kept(lull_segment *s, unsigned slice);
 
 /* Counters (docs: include/lull/counters.h, struct lull_counters_thp). */
 typedef struct {
@@ -72,6 +80,7 @@ typedef struct {
     uint64_t whole_purges; /* count: huge regions purged whole (all free) */
     uint64_t held_bytes;   /* free slices and parked pages kept in huge regions now */
     uint64_t held_regions; /* huge regions whose free slices wait (splits avoided), last tick */
+    uint64_t prefaulted_regions; /* count: regions the warm reserve made huge */
 } lull_thp_counters;
 void lull_thp_read(lull_thp_counters *out);
 

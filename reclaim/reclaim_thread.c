@@ -31,6 +31,7 @@
 #include "reclaim/purge_now.h"
 #include "reclaim/reclaim_steps.h"
 #include "reclaim/refault.h"
+#include "reclaim/warm_reserve.h"
 #include "base/config.h"
 #include "base/fault.h"
 #include "numa/huge.h"
@@ -137,14 +138,19 @@ static bool purge_due(uint32_t now) {
 
 /* Huge pages formed where regions are dense (numa/thp.h): a few a tick,
  * each a few hundred microseconds of this thread's. */
-static bool collapse_dense(void) {
+static bool collapse_dense(uint32_t now) {
     if (!lull_thp_tick_start()) return false;
-    unsigned left = THP_COLLAPSES_PER_TICK;
+    /* while the heap grows, one: a collapse of a region written in small
+     * pages copies 2 MiB (1-6 ms of this thread here), time the warm
+     * reserve needs to keep regions ready ahead of the growth, so that
+     * fewer are written in small pages at all */
+    unsigned max = lull_warm_reserve_growing(now) ? 1 : THP_COLLAPSES_PER_TICK;
+    unsigned left = max;
     for (int i = 0; i < lull_arena_count && left; i++)
         for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
              s && left; s = s->next)
             left -= lull_thp_collapse_dense(s, left);
-    return left < THP_COLLAPSES_PER_TICK;
+    return left < max;
 }
 
 /* forced: everything free, whatever the delay (purge_now.h), for
@@ -154,7 +160,7 @@ static bool tick(bool forced) {
     bool work = forced ? lull_purge_now(&R.backend, &R.stats) : purge_due(now);
     if (forced)
         STAT_ADD(forced_ticks, 1);
-    else if (collapse_dense())
+    else if (collapse_dense(now))
         work = true;
     lull_refault_tick(now);
     struct timespec cpu;

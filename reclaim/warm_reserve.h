@@ -30,5 +30,8 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now_ms);
  * purged. Inside one step, as the tick. */
 uint64_t lull_warm_reserve_drain_all(struct purge_backend *b);
 void lull_warm_reserve_stats(lull_warm_stats *out);
+/* thp on: the heap grew within the reserve's hold (its 2 MiB regions are
+ * wanted). Reclaim thread. */
+bool lull_warm_reserve_growing(uint32_t now_ms);
 
 #endif
