@@ -165,7 +165,13 @@ static bool resting(void) {
     return mono_ms() < atomic_load_explicit(&retry_at_ms, memory_order_relaxed);
 }
 
-unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
+uint64_t lull_thp_thread_cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max, uint64_t until_cpu_ns) {
     /* thp=always: faults and khugepaged make huge pages too (a request
      * thread's first touch of a region may then fault 2 MiB: the user's
      * choice). Advised here, by the reclaim thread: request threads never
@@ -182,6 +188,7 @@ unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
         if (huge_bits(s) >> r & 1 || !dense(s, r)) continue;
         done++;
         if (collapse(s, r)) atomic_fetch_add_explicit(&n_collapses, 1, memory_order_relaxed);
+        if (until_cpu_ns && lull_thp_thread_cpu_ns() >= until_cpu_ns) break;
     }
     return done;
 }

@@ -152,13 +152,17 @@ static bool huge_tick(struct purge_backend *b, uint32_t now) {
     size_t target = active ? (2 * H.demand + REGION_SLICES - 1) / REGION_SLICES * REGION_SLICES : 0;
     if (target > bound) target = bound / REGION_SLICES * REGION_SLICES;
     __atomic_store_n(&W.stats.target_bytes, (uint64_t)target << LULL_SLICE_SHIFT, __ATOMIC_RELAXED);
-    bool work = false;
+    bool work = false, acted = true;
     if (have + REGION_SLICES <= target)
         work = prefault_regions((target - have) / REGION_SLICES) > 0;
     else if (have > target && (!active || have > bound))
         /* while the heap grows, what was made is used soon */
         work = drain(b, have - target) > 0;
-    H.last_warm = work ? warm_slices() : have;
+    else
+        acted = false;
+    /* so that the next tick sees what request threads used of it (a drain
+     * may also have turned slices dirty, without a purge) */
+    H.last_warm = acted ? warm_slices() : have;
     return work;
 }
 
