@@ -404,6 +404,12 @@ size_t lull_arena_take_clean_regions(lull_arena *a, size_t max_regions, lull_sli
     return n;
 }
 
+void lull_arena_make_warm_prefaulted(const lull_slice_run *r) {
+    for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
+        atomic_store_explicit(&r->segment->purged_ms[i], 0, memory_order_relaxed);
+    lull_slices_finish(r, LULL_SLICES_WARM);
+}
+
 void lull_arena_warm_to_dirty(const lull_slice_run *r) {
     uint32_t now = lull_now_ms();
     for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)

@@ -116,7 +116,7 @@ static size_t prefault_regions(size_t regions) {
     size_t made = 0;
     for (size_t i = 0; i < n; i++) {
         if (lull_thp_prefault_region(runs[i].segment, runs[i].first / REGION_SLICES)) {
-            lull_arena_make_warm(&runs[i]);
+            lull_arena_make_warm_prefaulted(&runs[i]);
             made++;
         } else {
             lull_arena_return_clean(&runs[i]); /* its first page stays, zero */
