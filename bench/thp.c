@@ -146,10 +146,11 @@ static void print_lull_config(void) {
         /* the state lull reports (struct lull_counters_thp): the config
          * string has no room for the key */
         static const char *const states[] = {"off", "on", "unavailable"};
-        printf("INFO %s lull_thp %.*s asked for; lull's huge pages: %s, %llu collapses, %llu MiB "
-               "in regions it collapsed\n",
+        printf("INFO %s lull_thp %.*s asked for; lull's huge pages: %s, %llu collapses, %llu "
+               "regions prefaulted huge by the warm reserve, %llu MiB in regions it made huge\n",
                SC, (int)strcspn(thp, ","), thp, c.thp.state < 3 ? states[c.thp.state] : "?",
-               (unsigned long long)c.thp.collapses, (unsigned long long)(c.thp.huge_bytes >> 20));
+               (unsigned long long)c.thp.collapses, (unsigned long long)c.thp.prefaulted_regions,
+               (unsigned long long)(c.thp.huge_bytes >> 20));
     }
 }
 

@@ -384,6 +384,50 @@ size_t lull_arena_take_warm(lull_arena *a, size_t max_slices, lull_slice_run *ou
     return take_runs(a, LULL_SLICES_WARM, false, max_slices, out, max);
 }
 
+size_t lull_arena_take_clean_regions(lull_arena *a, size_t max_regions, lull_slice_run *out,
+                                     size_t max) {
+    size_t n = 0;
+    if (max > max_regions) max = max_regions;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s && n < max;
+         s = s->next) {
+        for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
+            lull_slice_word x;
+            lull_slices_word(s, w, &x);
+            uint64_t zeroed = x.clean & ~x.lazy;
+            for (unsigned h = 0; h < 2 && n < max; h++) {
+                uint64_t region = (uint64_t)0xffffffffu << (32 * h);
+                if ((zeroed & region) != region) continue;
+                uint64_t emitted;
+                size_t k =
+                    lull_slices_claim(s, w, LULL_SLICES_CLEAN, region, out + n, max - n, &emitted);
+                if (k == 1 && emitted == region) {
+                    n++;
+                    continue;
+                }
+                /* a request thread took part of it meanwhile: not whole */
+                for (size_t i = 0; i < k; i++)
+                    lull_slices_finish(&out[n + i], LULL_SLICES_CLEAN);
+            }
+        }
+    }
+    return n;
+}
+
+void lull_arena_make_warm_prefaulted(const lull_slice_run *r) {
+    for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
+        atomic_store_explicit(&lull_slice_history_of(r->segment)->purged_ms[i], 0,
+                              memory_order_relaxed);
+    lull_slices_finish(r, LULL_SLICES_WARM);
+}
+
+void lull_arena_warm_to_dirty(const lull_slice_run *r) {
+    uint32_t now = lull_now_ms();
+    for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
+        atomic_store_explicit(&lull_slice_history_of(r->segment)->freed_ms[i], now,
+                              memory_order_relaxed);
+    lull_slices_finish(r, LULL_SLICES_DIRTY);
+}
+
 void lull_arena_make_warm(const lull_slice_run *r) {
     lull_slices_finish(r, LULL_SLICES_WARM);
 }

@@ -78,6 +78,20 @@ void lull_arena_purge_failed(const lull_slice_run *run);
  * WARM) or return_clean / lull_arena_purge_done (FREE_CLEAN). */
 size_t lull_arena_take_clean(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max);
 size_t lull_arena_take_warm(lull_arena *a, size_t max_slices, lull_slice_run *out, size_t max);
+/* With thp on: up to max_regions whole 2 MiB regions (32 slices, clean and
+ * zeroed: not lazy), each one run in PURGING, for the reserve to make huge
+ * pages of (numa/thp.h); finish them as take_clean's. */
+size_t lull_arena_take_clean_regions(lull_arena *a, size_t max_regions, lull_slice_run *out,
+                                     size_t max);
+/* make_warm for a run the reserve made resident itself (thp on): a span
+ * that takes it faults nothing, so its earlier purge is no refault (the
+ * auto purge mode counted them as wasted purges and chose MADV_FREE:
+ * bench_stall kept 518 MiB 1.2 s after its bulk free in 2 runs of 5). */
+void lull_arena_make_warm_prefaulted(const lull_slice_run *run);
+/* Warm slices the reserve lets go of without a purge (in a huge region
+ * that is kept, where a purge would split it): FREE_DIRTY, free from now
+ * on, for the purge policy (and its bound on what huge regions keep). */
+void lull_arena_warm_to_dirty(const lull_slice_run *run);
 void lull_arena_make_warm(const lull_slice_run *run);
 void lull_arena_return_clean(const lull_slice_run *run);
 /* Slices in a state: 0 dirty, 1 warm, 2 clean. */

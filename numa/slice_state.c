@@ -40,6 +40,13 @@ void lull_slices_init_segment(lull_segment *s) {
     lull_resident_add((uint64_t)LULL_META_SLICES * LULL_SLICE_SIZE);
 }
 
+/* clean slices taken to IN_USE so far (lull_slices_fresh_taken) */
+static _Atomic uint64_t fresh_taken;
+
+uint64_t lull_slices_fresh_taken(void) {
+    return atomic_load_explicit(&fresh_taken, memory_order_relaxed);
+}
+
 lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
                                   uint64_t lazy[LULL_SLICE_WORDS]) {
     uint64_t got_dirty[LULL_SLICE_WORDS] = {0}, got_clean[LULL_SLICE_WORDS] = {0},
@@ -71,7 +78,12 @@ lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, b
     lull_take_result r = ok ? LULL_TAKE_OK : LULL_TAKE_RACED;
     /* dirty and warm slices are counted already; clean ones (purged, lazy
      * or never used) come into the estimate now, or not at all */
-    if (ok && fresh && !lull_resident_try_grow(fresh << LULL_SLICE_SHIFT)) r = LULL_TAKE_OVER_LIMIT;
+    if (ok && fresh) {
+        if (!lull_resident_try_grow(fresh << LULL_SLICE_SHIFT))
+            r = LULL_TAKE_OVER_LIMIT;
+        else
+            atomic_fetch_add_explicit(&fresh_taken, fresh, memory_order_relaxed);
+    }
     if (r != LULL_TAKE_OK) {
         for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
             if (got_dirty[w]) atomic_fetch_or(&m->dirty[w], got_dirty[w]);

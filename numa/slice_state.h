@@ -77,6 +77,9 @@ typedef enum {
  * of the taken slices, per word. */
 lull_take_result lull_slices_take(lull_segment *s, unsigned first, unsigned n, bool *zeroed,
                                   uint64_t lazy[LULL_SLICE_WORDS]);
+/* Clean slices taken so far (a count, any thread): memory that was not
+ * resident, the demand the warm reserve meets when thp is on. */
+uint64_t lull_slices_fresh_taken(void);
 /* IN_USE -> FREE_DIRTY (any thread: a span given back). */
 void lull_slices_give_back(lull_segment *s, unsigned first, unsigned n);
 

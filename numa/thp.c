@@ -26,7 +26,7 @@ static _Atomic uint64_t retry_at_ms;
 static _Atomic unsigned failures_in_a_row;
 #define FAILURES_BEFORE_REST 16
 static _Atomic uint64_t held_this_tick, held_last_tick;
-static _Atomic uint64_t n_collapses, n_failures, n_splits, n_whole, n_huge_regions;
+static _Atomic uint64_t n_collapses, n_failures, n_splits, n_whole, n_huge_regions, n_prefaulted;
 static _Atomic uint64_t held_regions_this_tick, held_regions_last_tick;
 
 /* The system's setting: "always [madvise] never" and the like. */
@@ -138,7 +138,44 @@ static uint64_t mono_ms(void) {
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
+/* MADV_COLLAPSE of region r; false if it failed (counted). EAGAIN (the
+ * region's pages written meanwhile, say) is tried again at a later tick;
+ * after FAILURES_BEFORE_REST in a row (no huge page to be had), a second's
+ * rest; EINVAL or ENOSYS: the kernel has no MADV_COLLAPSE (before 6.1). */
+static bool collapse(lull_segment *s, unsigned r) {
+    int err = lull_os_collapse((char *)s + (size_t)r * LULL_THP_REGION_SLICES * LULL_SLICE_SIZE,
+                               (size_t)LULL_THP_REGION_SLICES * LULL_SLICE_SIZE);
+    if (err == EINVAL || err == ENOSYS) {
+        atomic_store_explicit(&state, LULL_THP_UNAVAILABLE, memory_order_relaxed);
+        return false;
+    }
+    if (err) {
+        atomic_fetch_add_explicit(&n_failures, 1, memory_order_relaxed);
+        if (atomic_fetch_add_explicit(&failures_in_a_row, 1, memory_order_relaxed) + 1 >=
+            FAILURES_BEFORE_REST) {
+            atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
+            atomic_store_explicit(&retry_at_ms, mono_ms() + 1000, memory_order_relaxed);
+        }
+        return false;
+    }
+    atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
+    atomic_fetch_or_explicit(&lull_thp_regions_of(s)->huge, (uint16_t)(1u << r),
+                             memory_order_relaxed);
+    atomic_fetch_add_explicit(&n_huge_regions, 1, memory_order_relaxed);
+    return true;
+}
+
+static bool resting(void) {
+    return mono_ms() < atomic_load_explicit(&retry_at_ms, memory_order_relaxed);
+}
+
+uint64_t lull_thp_thread_cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max, uint64_t until_cpu_ns) {
     /* thp=always: faults and khugepaged make huge pages too (a request
      * thread's first touch of a region may then fault 2 MiB: the user's
      * choice). Advised here, by the reclaim thread: request threads never
@@ -149,38 +186,37 @@ unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max) {
     }
     /* resting after failures: retrying at every busy tick would keep this
      * thread spinning */
-    if (mono_ms() < atomic_load_explicit(&retry_at_ms, memory_order_relaxed)) return 0;
+    if (resting()) return 0;
     unsigned done = 0;
-    for (unsigned r = 0; r < LULL_THP_REGIONS && done < max && lull_thp_on(); r++) {
+    for (unsigned r = 0; r < LULL_THP_REGIONS && done < max && lull_thp_on() && !resting(); r++) {
         if (huge_bits(s) >> r & 1 || !dense(s, r)) continue;
-        int err = lull_os_collapse((char *)s + (size_t)r * LULL_THP_REGION_SLICES * LULL_SLICE_SIZE,
-                                   (size_t)LULL_THP_REGION_SLICES * LULL_SLICE_SIZE);
         done++;
-        if (err == EINVAL || err == ENOSYS) {
-            /* no MADV_COLLAPSE (before 6.1) */
-            atomic_store_explicit(&state, LULL_THP_UNAVAILABLE, memory_order_relaxed);
-            break;
-        }
-        if (err) {
-            /* EAGAIN while the region's pages are written, say: the next
-             * tick tries again; after many failures in a row (no huge page
-             * to be had), a second's rest */
-            atomic_fetch_add_explicit(&n_failures, 1, memory_order_relaxed);
-            if (atomic_fetch_add_explicit(&failures_in_a_row, 1, memory_order_relaxed) + 1 >=
-                FAILURES_BEFORE_REST) {
-                atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
-                atomic_store_explicit(&retry_at_ms, mono_ms() + 1000, memory_order_relaxed);
-                break;
-            }
-            continue;
-        }
-        atomic_store_explicit(&failures_in_a_row, 0, memory_order_relaxed);
-        atomic_fetch_or_explicit(&lull_thp_regions_of(s)->huge, (uint16_t)(1u << r),
-                                 memory_order_relaxed);
-        atomic_fetch_add_explicit(&n_huge_regions, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&n_collapses, 1, memory_order_relaxed);
+        if (collapse(s, r)) atomic_fetch_add_explicit(&n_collapses, 1, memory_order_relaxed);
+        if (until_cpu_ns && lull_thp_thread_cpu_ns() >= until_cpu_ns) break;
     }
     return done;
+}
+
+bool lull_thp_prefault_region(lull_segment *s, unsigned r) {
+    if (!lull_thp_on() || resting()) return false;
+    /* MADV_COLLAPSE refuses a region with no page at all (EINVAL, which
+     * would read as a kernel without it): one page is faulted in first.
+     * The collapse then zeroes the rest in the huge page itself, 150 us a
+     * region here, where populating the 512 small pages and collapsing
+     * them took 1.3-6.5 ms (docs/bench/thp.md) */
+    volatile char *first = (char *)s + (size_t)r * LULL_THP_REGION_SLICES * LULL_SLICE_SIZE;
+    *first = 0;
+    if (!collapse(s, r)) return false;
+    atomic_fetch_add_explicit(&n_prefaulted, 1, memory_order_relaxed);
+    return true;
+}
+
+bool lull_thp_region_kept(lull_segment *s, unsigned slice) {
+    unsigned r = slice / LULL_THP_REGION_SLICES, w = r / 2, h = r % 2;
+    if (!(huge_bits(s) >> r & 1) || !atomic_load_explicit(&keep_huge, memory_order_relaxed))
+        return false;
+    uint64_t half = HALF << (32 * h);
+    return (lull_slices_free_word(s, w) & half) != half;
 }
 
 void lull_thp_read(lull_thp_counters *out) {
@@ -191,4 +227,5 @@ void lull_thp_read(lull_thp_counters *out) {
     out->whole_purges = atomic_load(&n_whole);
     out->held_bytes = atomic_load(&held_last_tick);
     out->held_regions = atomic_load(&held_regions_last_tick);
+    out->prefaulted_regions = atomic_load(&n_prefaulted);
 }

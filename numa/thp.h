@@ -9,6 +9,11 @@
  *   thp=always, segments are also advised MADV_HUGEPAGE (by the reclaim
  *   thread: request threads never madvise), so that faults and khugepaged
  *   make huge pages too, and the bound below is off.
+ * - The warm reserve (reclaim/warm_reserve.c) makes whole free regions
+ *   huge pages of zeroes ahead of the heap's growth
+ *   (lull_thp_prefault_region), so that new spans land on huge pages and
+ *   the request thread neither faults their pages nor waits for a
+ *   collapse of them.
  * - A region that is huge (its bit in the segment's lull_thp_regions) is not
  *   purged piecemeal: its free slices and parked pages wait until the
  *   whole region is free (then it goes back whole, 2 MiB in one purge), or
@@ -75,8 +80,20 @@ void lull_thp_note_page_purge(lull_segment *s, unsigned slice);
  * are kept (what they held last tick within the bound). False when thp is
  * not on. */
 bool lull_thp_tick_start(void);
-/* Collapse up to `max` dense regions of the segment; the number tried. */
-unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max);
+/* Collapse up to `max` dense regions of the segment, and none once the
+ * calling thread's CPU time passes until_cpu_ns (0: no such bound); the
+ * number tried. */
+unsigned lull_thp_collapse_dense(lull_segment *s, unsigned max, uint64_t until_cpu_ns);
+/* The calling thread's CPU time, ns. */
+uint64_t lull_thp_thread_cpu_ns(void);
+/* The warm reserve's (reclaim/warm_reserve.c): region r, every slice of it
+ * claimed clean (no page present), made one huge page of zeroes; false if
+ * that failed (the region is then as it was but for its first page,
+ * faulted in and still zero). */
+bool lull_thp_prefault_region(lull_segment *s, unsigned r);
+/* The region of `slice` is huge and kept (some slice of it in use, and
+ * huge regions kept this tick): purging any of it would split it. */
+bool lull_thp_region_kept(lull_segment *s, unsigned slice);
 
 /* Counters (docs: include/lull/counters.h, struct lull_counters_thp). */
 typedef struct {
@@ -87,6 +104,7 @@ typedef struct {
     uint64_t whole_purges; /* count: huge regions purged whole (all free) */
     uint64_t held_bytes;   /* free slices and parked pages kept in huge regions now */
     uint64_t held_regions; /* huge regions whose free slices wait (splits avoided), last tick */
+    uint64_t prefaulted_regions; /* count: regions the warm reserve made huge */
 } lull_thp_counters;
 void lull_thp_read(lull_thp_counters *out);
 

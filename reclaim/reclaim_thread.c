@@ -31,6 +31,7 @@
 #include "reclaim/purge_now.h"
 #include "reclaim/reclaim_steps.h"
 #include "reclaim/refault.h"
+#include "reclaim/warm_reserve.h"
 #include "base/config.h"
 #include "base/fault.h"
 #include "numa/huge.h"
@@ -51,6 +52,7 @@
 
 #define BUSY_TICK_MS 2
 #define THP_COLLAPSES_PER_TICK 8
+#define THP_COLLAPSE_BUDGET_NS 2000000
 #define IDLE_TICK_MS 100
 /* Every wake-up runs the tick hooks, and the counter page's serves heap
  * profile requests: the idle sleep bounds how long one waits (the ABI
@@ -136,14 +138,22 @@ static bool purge_due(uint32_t now) {
 }
 
 /* Huge pages formed where regions are dense (numa/thp.h): a few a tick,
- * each a few hundred microseconds of this thread's. */
-static bool collapse_dense(void) {
+ * each a few hundred microseconds of this thread's. While the heap grows,
+ * within THP_COLLAPSE_BUDGET_NS of this thread's time: a collapse of a
+ * region written in small pages copies 2 MiB (1-6 ms here), time the warm
+ * reserve needs to keep regions ready ahead of the growth, so that fewer
+ * are written in small pages at all; a bound in time rather than one a
+ * tick, so that where the reserve leaves the thread time, the regions
+ * written in small pages still get collapsed. */
+static bool collapse_dense(uint32_t now) {
     if (!lull_thp_tick_start()) return false;
+    uint64_t budget = lull_warm_reserve_growing(now) ? THP_COLLAPSE_BUDGET_NS : 0;
+    uint64_t until = budget ? lull_thp_thread_cpu_ns() + budget : 0;
     unsigned left = THP_COLLAPSES_PER_TICK;
     for (int i = 0; i < lull_arena_count && left; i++)
         for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
-             s && left; s = s->next)
-            left -= lull_thp_collapse_dense(s, left);
+             s && left && (!until || lull_thp_thread_cpu_ns() < until); s = s->next)
+            left -= lull_thp_collapse_dense(s, left, until);
     return left < THP_COLLAPSES_PER_TICK;
 }
 
@@ -154,7 +164,7 @@ static bool tick(bool forced) {
     bool work = forced ? lull_purge_now(&R.backend, &R.stats) : purge_due(now);
     if (forced)
         STAT_ADD(forced_ticks, 1);
-    else if (collapse_dense())
+    else if (collapse_dense(now))
         work = true;
     lull_refault_tick(now);
     struct timespec cpu;

@@ -4,7 +4,9 @@
  * (MADV_POPULATE_WRITE) so that the next burst takes them without a page
  * fault, and maps a spare segment ahead of demand so that it needs no mmap
  * either. When that demand stops for LULL_WARM_IDLE_MS the reserve is
- * purged again. Bounded by warm_reserve_mb. */
+ * purged again. Bounded by warm_reserve_mb. With thp on, the reserve is
+ * whole 2 MiB regions made huge pages instead, and follows the heap's
+ * growth (first use included) rather than refaults (warm_reserve.c). */
 #ifndef LULL_WARM_RESERVE_H
 #define LULL_WARM_RESERVE_H
 
@@ -30,5 +32,8 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now_ms);
  * purged. Inside one step, as the tick. */
 uint64_t lull_warm_reserve_drain_all(struct purge_backend *b);
 void lull_warm_reserve_stats(lull_warm_stats *out);
+/* thp on: the heap grew within the reserve's hold (its 2 MiB regions are
+ * wanted). Reclaim thread. */
+bool lull_warm_reserve_growing(uint32_t now_ms);
 
 #endif

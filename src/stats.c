@@ -238,6 +238,7 @@ void lull_stats_collect(struct lull_counters *out) {
         .whole_purges = t.whole_purges,
         .held_bytes = t.held_bytes,
         .held_regions = t.held_regions,
+        .prefaulted_regions = t.prefaulted_regions,
     };
 }
 

@@ -4,7 +4,10 @@
  * spans in every region split none of them (the free slices wait); freeing
  * everything gives the regions back, most whole; lull_purge_all() splits
  * what it must; thp=never forms none; a failing MADV_COLLAPSE is counted and
- * harmless; and the thread that does all this makes no purge call (the
+ * harmless; the warm reserve makes regions huge pages before spans take
+ * them (the request thread then takes a few faults where it would take
+ * one a 4 KiB page), and goes back when the heap is freed; and the thread
+ * that does all this makes no purge call (the
  * seccomp watch, tests/support/syscall_watch.h). Waits are bounded by events: reclaim ticks
  * (lull_reclaim_now) until a counter stops moving, with a timeout only as a backstop. On a system
  * whose THP is "never", lull must say thp is unavailable, and the coverage checks are skipped with
@@ -12,14 +15,17 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
+#include "reclaim/policy.h"
 #include "tests/support/reexec.h"
 #include "tests/support/syscall_watch.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,16 +76,33 @@ static void settle(size_t offset) {
 }
 #define SETTLE(field) settle(offsetof(struct lull_counters_thp, field))
 
-static void fill(void) {
-    size_t total = 0;
-    uint64_t x = 88172645463325252ULL;
+#define SEED 88172645463325252ULL
+
+/* The blocks' sizes, 64-4096 B: the same sequence from SEED each time. */
+static size_t next_size(uint64_t *x) {
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return 64 + *x % 4033;
+}
+
+/* HEAP of blocks, each filled with `byte`; with tick_every, a reclaim tick
+ * (waited for) each time that much more was allocated. */
+static void fill_with(unsigned char byte, size_t tick_every) {
+    size_t total = 0, ticked = 0;
+    uint64_t x = SEED;
     for (nblocks = 0; total < HEAP && nblocks < MAX_BLOCKS; nblocks++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        size_t n = 64 + x % 4033;
+        size_t n = next_size(&x);
         blocks[nblocks] = lull_malloc(n);
-        memset(blocks[nblocks], 1, n);
+        memset(blocks[nblocks], byte, n);
         total += n;
+        if (tick_every && total - ticked >= tick_every) {
+            ticked = total;
+            lull_reclaim_now();
+        }
     }
+}
+
+static void fill(void) {
+    fill_with(1, 0);
 }
 
 static void print(const char *what) {
@@ -95,6 +118,60 @@ static void print(const char *what) {
            (unsigned long long)t.collapse_failures, what, (unsigned long long)t.splits, what,
            (unsigned long long)t.whole_purges, what, (unsigned long long)t.held_regions, what,
            (unsigned long long)(t.huge_bytes >> 20));
+    printf("%s_prefaulted=%llu\n", what, (unsigned long long)t.prefaulted_regions);
+}
+
+static long thread_minor_faults(void) {
+    struct rusage u;
+    getrusage(RUSAGE_THREAD, &u);
+    return u.ru_minflt;
+}
+
+/* The warm reserve with thp on: the heap grows 4 MiB between reclaim
+ * ticks (each waited for: the test is bound by ticks, not by time), so
+ * that each tick sees the growth and makes regions ready ahead of it. The
+ * coverage is taken at once after the fill, before any settling: what the
+ * reserve made ready, not what the collapses form afterwards; and the
+ * request thread's own page faults are counted (a prefaulted huge page
+ * takes none). Then everything is freed: the reserve goes back. */
+static void reserve_scenario(void) {
+    long faults = thread_minor_faults();
+    fill_with(0x5a, 4 * MiB);
+    faults = thread_minor_faults() - faults;
+    print("filled");
+    printf("filled_request_faults=%ld\nheap_pages=%zu\n", faults, HEAP / 4096);
+    bool intact = true;
+    uint64_t x = SEED;
+    for (unsigned i = 0; i < nblocks; i++) {
+        size_t n = next_size(&x);
+        const unsigned char *b = blocks[i];
+        intact &= b[0] == 0x5a && b[n - 1] == 0x5a;
+        lull_free(blocks[i]);
+    }
+    printf("intact=%d\n", intact);
+    /* ticks until the reserve is back and the huge bytes stop moving
+     * (the empty spans a heap keeps pin a few regions), or 20 s */
+    uint64_t until = now_ms() + 20000, last = UINT64_MAX;
+    struct lull_counters c;
+    for (int same = 0; same < 5 && now_ms() < until;) {
+        lull_reclaim_now();
+        usleep(2000);
+        lull_stats(&c);
+        same = !c.total.warm && c.thp.huge_bytes == last ? same + 1 : 0;
+        last = c.thp.huge_bytes;
+    }
+    print("empty");
+    printf("empty_warm_kb=%llu\n", (unsigned long long)(c.total.warm >> 10));
+    /* the heap again, on regions purged and made huge again: the spans
+     * that take them fault nothing, so the purge policy must not count
+     * them as purged memory coming back (wasted purges: it chose MADV_FREE
+     * for them, and bench_stall kept 518 MiB after its bulk free) */
+    uint64_t refaulted = atomic_load(&lull_the_policy.refaulted_slices);
+    fill_with(0x5a, 4 * MiB);
+    print("refilled");
+    printf("refilled_refaulted_slices=%llu\nheap_slices=%zu\n",
+           (unsigned long long)(atomic_load(&lull_the_policy.refaulted_slices) - refaulted),
+           HEAP / (64 * 1024));
 }
 
 /* The scenario, on a thread whose purge calls the watch records: with
@@ -104,6 +181,12 @@ static void *run_scenario(void *arg) {
     const char *sc = arg;
     if (syscall_watch_install_on_this_thread() != 0) {
         printf("watch_installed=0\n");
+        return NULL;
+    }
+    if (strcmp(sc, "reserve") == 0) {
+        reserve_scenario();
+        syscall_watch_thread_done();
+        printf("watch_installed=1\n");
         return NULL;
     }
     fill();
@@ -259,6 +342,13 @@ Test(thp, a_failing_collapse_is_counted_and_harmless, .timeout = 180) {
     cr_expect_gt(F(cr, "filled_failures"), 0, "%s", cr.out);
     cr_expect_eq(F(cr, "filled_collapses"), 0, "%s", cr.out);
     cr_expect_eq(F(cr, "filled_lull_huge_mb"), 0, "%s", cr.out);
+    /* and with the reserve on: no region is prefaulted, its slices go
+     * back clean, the heap is right */
+    child_run rr = run("reserve", "thp=auto,warm_reserve_mb=64", "collapse");
+    cr_expect_eq(F(rr, "filled_prefaulted"), 0, "%s", rr.out);
+    cr_expect_gt(F(rr, "filled_failures"), 0, "%s", rr.out);
+    cr_expect_eq(F(rr, "intact"), 1, "%s", rr.out);
+    cr_expect_eq(F(rr, "empty_warm_kb"), 0, "%s", rr.out);
 }
 
 Test(thp, the_reclaim_thread_forms_huge_pages_unprompted, .timeout = 180) {
@@ -268,4 +358,45 @@ Test(thp, the_reclaim_thread_forms_huge_pages_unprompted, .timeout = 180) {
      * would dwarf it in Anonymous) */
     cr_expect_geq(F(cr, "unprompted_huge_kb"), HEAP / 2 / 1024,
                   "no reclaim thread formed huge pages:\n%s", cr.out);
+}
+
+/* The warm reserve in 2 MiB units (reclaim/warm_reserve.c): new spans land
+ * on regions the reclaim thread made huge pages before they were used, so
+ * the request thread neither faults (a 4 KiB page heap would take
+ * HEAP/4096 faults) nor waits for a collapse; and the reserve goes back
+ * when the heap is freed. */
+Test(thp, the_reserve_prefaults_huge_pages_ahead_of_the_heap, .timeout = 180) {
+    child_run cr = run("reserve", "thp=auto,warm_reserve_mb=64", NULL);
+    if (!thp_works(&cr)) return;
+    double filled = coverage(&cr, "filled");
+    cr_log_info("coverage right after the fill: %.1f %%, %lld request-thread faults", 100 * filled,
+                (long long)F(cr, "filled_request_faults"));
+    cr_expect_eq(F(cr, "intact"), 1, "a block changed:\n%s", cr.out);
+    /* most of 32 regions a 64 MiB heap takes (the first of each segment
+     * holds its header, and is collapsed, not prefaulted) */
+    cr_expect_geq(F(cr, "filled_prefaulted"), 20, "%s", cr.out);
+    cr_expect_geq(filled, 0.8, "%.1f %% in huge pages right after the fill:\n%s", 100 * filled,
+                  cr.out);
+#ifndef LULL_SANITIZED
+    /* (a sanitizer's shadow faults on the request thread too) */
+    cr_expect_lt(F(cr, "filled_request_faults"), F(cr, "heap_pages") / 4,
+                 "the request thread faulted the heap in itself:\n%s", cr.out);
+#endif
+    cr_expect_eq(F(cr, "empty_warm_kb"), 0, "the reserve stayed:\n%s", cr.out);
+    cr_expect_gt(F(cr, "refilled_prefaulted"), F(cr, "filled_prefaulted"), "%s", cr.out);
+    cr_expect_lt(F(cr, "refilled_refaulted_slices"), F(cr, "heap_slices") / 4,
+                 "prefaulted regions counted as refaults:\n%s", cr.out);
+    cr_expect_lt(F(cr, "empty_lull_resident_kb"), F(cr, "filled_lull_resident_kb") / 4,
+                 "the freed heap stayed resident:\n%s", cr.out);
+}
+
+/* Without the reserve (warm_reserve_mb=0) the same fill faults the heap in
+ * on the request thread: the check above can fail. */
+Test(thp, without_the_reserve_the_request_thread_faults, .timeout = 180) {
+    child_run cr = run("reserve", "thp=auto,warm_reserve_mb=0", NULL);
+    if (!thp_works(&cr)) return;
+    cr_log_info("without the reserve: %.1f %% right after the fill, %lld request-thread faults",
+                100 * coverage(&cr, "filled"), (long long)F(cr, "filled_request_faults"));
+    cr_expect_eq(F(cr, "filled_prefaulted"), 0, "%s", cr.out);
+    cr_expect_gt(F(cr, "filled_request_faults"), F(cr, "heap_pages") / 2, "%s", cr.out);
 }

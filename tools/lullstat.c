@@ -711,11 +711,11 @@ static void print_text(const struct page *pg, const struct lull_counters *c, boo
     static const char *const thp_states[] = {"off", "on", "unavailable"};
     printf("  huge pages (thp)   %s: %" PRIu64 " bytes in regions lull collapsed (%s), %" PRIu64
            " collapses, %" PRIu64 " failed, %" PRIu64 " splits, %" PRIu64 " whole purges, %" PRIu64
-           " bytes held in %" PRIu64 " regions\n",
+           " bytes held in %" PRIu64 " regions, %" PRIu64 " regions prefaulted huge\n",
            c->thp.state < 3 ? thp_states[c->thp.state] : "?", c->thp.huge_bytes,
            human(h, sizeof h, (double)c->thp.huge_bytes, false), c->thp.collapses,
            c->thp.collapse_failures, c->thp.splits, c->thp.whole_purges, c->thp.held_bytes,
-           c->thp.held_regions);
+           c->thp.held_regions, c->thp.prefaulted_regions);
     printf("  malloc calls       %" PRIu64 "\n", c->malloc_count);
     printf("  free calls         %" PRIu64 "\n", c->free_count);
 

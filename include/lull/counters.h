@@ -93,7 +93,7 @@ extern "C" {
 /* Version of the layout described by this header. */
 #define LULL_COUNTERS_ABI_VERSION 1
 /* Size in bytes of struct lull_counters in this version. */
-#define LULL_COUNTERS_SIZE_V1 1848
+#define LULL_COUNTERS_SIZE_V1 1856
 
 /* Default object name is LULL_COUNTERS_NAME_PREFIX "<pid>" (shm_open name,
  * so the file is /dev/shm/lull.<pid>). */
@@ -251,17 +251,19 @@ struct lull_counters {
     /* Transparent huge pages (thp=..., an addition within v1: a page of an
      * older writer has no such fields, a reader checks `size`). */
     struct lull_counters_thp {
-        uint64_t state;             /* enum lull_counters_thp_state */
-        uint64_t huge_bytes;        /* regions lull collapsed into huge pages, not split since */
-        uint64_t collapses;         /* count: MADV_COLLAPSE of a dense 2 MiB region */
-        uint64_t collapse_failures; /* count */
-        uint64_t splits;            /* count: huge regions purged piecemeal (past the bound,
-                                     * lull_purge_all, the heap limit) */
-        uint64_t whole_purges;      /* count: huge regions purged whole, all free */
-        uint64_t held_bytes;        /* free slices and parked pages kept in huge regions
-                                     * (not purged: that would split them), last tick */
-        uint64_t held_regions;      /* huge regions whose free slices wait, not split (splits
-                                     * avoided), last tick */
+        uint64_t state;              /* enum lull_counters_thp_state */
+        uint64_t huge_bytes;         /* regions lull collapsed into huge pages, not split since */
+        uint64_t collapses;          /* count: MADV_COLLAPSE of a dense 2 MiB region */
+        uint64_t collapse_failures;  /* count */
+        uint64_t splits;             /* count: huge regions purged piecemeal (past the bound,
+                                      * lull_purge_all, the heap limit) */
+        uint64_t whole_purges;       /* count: huge regions purged whole, all free */
+        uint64_t held_bytes;         /* free slices and parked pages kept in huge regions
+                                      * (not purged: that would split them), last tick */
+        uint64_t held_regions;       /* huge regions whose free slices wait, not split (splits
+                                      * avoided), last tick */
+        uint64_t prefaulted_regions; /* count: regions the warm reserve made huge pages of
+                                      * zeroes before use (added in v1 after held_regions) */
     } thp;
 };
 
