@@ -6,8 +6,8 @@
 
 uint32_t lull_reuse_max_bytes = LULL_REUSE_MAX_BYTES;
 
-/* What direct[] points at while a list holds blocks: a span with no free
- * block, so that the fast path falls through to the slow one */
+/* What direct[] points at while a batch waits: a span with no free block,
+ * so that the fast path falls through to the slow one */
 static lull_span reuse_waiting;
 
 /* A class of sizes near 1 KiB has 16 direct words: pointing them away

@@ -13,9 +13,11 @@
  * - a block on a list is linked as in a message (lull_message_link: its
  *   first word carries the mark), so any second free of it, by anyone,
  *   aborts naming it (lull_block_in_message), as for a block in a message;
- * - while class c's list holds blocks, the direct[] slots of c point at
- *   a span with no free block, so malloc of those sizes takes the slow path, which
- *   pops the list; the last pop points them back at current[c];
+ * - malloc's slow path pops the list of the size's class first; once
+ *   LULL_REUSE_BATCH blocks wait, the class's direct[] slots point at a
+ *   span with no free block (reuse_direct[c] set), so that every malloc of
+ *   those sizes takes the slow path, until the last pop points them back
+ *   at current[c]: they point away only while the list holds blocks;
  * - a list holds blocks of spans on the heap's node only (placement stays
  *   NUMA-local), at most LULL_REUSE_MAX_BLOCKS a class and
  *   LULL_REUSE_MAX_BYTES a heap (what an idle thread can hold, besides its
