@@ -406,14 +406,19 @@ static void *remote_double_free_thread(void *unused) {
     return NULL;
 }
 
-/* The thread frees; the owner then collects its remote frees. Not joined:
- * see strict_remote_interior. */
-static void remote_double_free(void *unused) {
-    (void)unused;
+/* In the child: a thread that frees, and the wait for its frees. Not
+ * joined: see strict_remote_interior. */
+static void start_freeing_thread(void *(*fn)(void *)) {
     pthread_t t;
-    if (pthread_create(&t, NULL, remote_double_free_thread, NULL) != 0) _exit(5);
+    if (pthread_create(&t, NULL, fn, NULL) != 0) _exit(5);
     while (!atomic_load(&g_remote_done))
         sched_yield();
+}
+
+/* The thread frees; the owner then collects its remote frees. */
+static void remote_double_free(void *unused) {
+    (void)unused;
+    start_freeing_thread(remote_double_free_thread);
     lull_thread_collect();
 }
 
@@ -462,10 +467,7 @@ static void *free_g_kept(void *unused) {
 
 static void owner_frees_after_another_thread(void *unused) {
     (void)unused;
-    pthread_t t;
-    if (pthread_create(&t, NULL, free_g_kept, NULL) != 0) _exit(5);
-    while (!atomic_load(&g_remote_done))
-        sched_yield();
+    start_freeing_thread(free_g_kept);
     lull_free(g_kept);
 }
 
