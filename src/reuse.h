@@ -32,7 +32,7 @@
 
 #define LULL_REUSE_MAX_BLOCKS 32
 #define LULL_REUSE_BATCH 4
-#define LULL_REUSE_MAX_BYTES ((uint32_t)64 << 10)
+#define LULL_REUSE_MAX_BYTES ((uint32_t)256 << 10)
 /* LULL_REUSE_MAX_BYTES; the tests of messages set 0 (no reuse) */
 extern uint32_t lull_reuse_max_bytes;
 

@@ -123,11 +123,13 @@ Test(reuse, a_class_keeps_at_most_its_block_bound) {
 }
 
 Test(reuse, a_heap_keeps_at_most_its_byte_bound) {
-    enum { BIG = 8192 };
+    enum { BIG = 16384 }; /* 32 of them pass the byte bound */
     allocate_owned(LULL_REUSE_MAX_BLOCKS, BIG);
     class_of_size = lull_class_of(BIG);
     run_thread(free_all_and_look);
     uint32_t bs = lull_classes[class_of_size].block_size;
+    cr_assert_lt(LULL_REUSE_MAX_BYTES / bs, LULL_REUSE_MAX_BLOCKS,
+                 "the byte bound is not the one tested");
     cr_assert_eq(kept_count, LULL_REUSE_MAX_BYTES / bs);
     cr_assert_leq(kept_bytes, LULL_REUSE_MAX_BYTES);
     lull_thread_collect();
