@@ -1,5 +1,6 @@
 /* Node arenas and slice-state transitions; see arena.h for the invariant. */
 #include "numa/arena.h"
+#include "base/race.h"
 #include "numa/thp.h"
 #include "numa/slice_history.h"
 #include "numa/slice_state.h"
@@ -142,6 +143,7 @@ static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
 /* One search, under the arena's mutex; *over: the span needs memory that
  * is not resident, and the heap limit leaves no room for it. */
 static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over) {
+again:
     *over = false;
     pthread_mutex_lock(&a->lock);
     /* dirty memory is resident already: reuse it first; then slices given
@@ -185,16 +187,24 @@ static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over)
         errno = ENOMEM;
         return NULL;
     }
+    LULL_RACE_POINT(LULL_RACE_SEGMENT_NEW);
     lull_take_result r = claim_run(s, LULL_META_SLICES, n, zeroed);
     a->hint = s;
     pthread_mutex_unlock(&a->lock);
+    if (r == LULL_TAKE_OK) {
+        span_init_slices(s, LULL_META_SLICES, n);
+        return &lull_span_table_of(s)->slices[LULL_META_SLICES];
+    }
     /* another thread's growth took the room meanwhile: the segment stays
-     * (clean, and its header counted) for later spans. Nothing else can
-     * fail: nobody else sees the new segment's slices yet */
+     * (clean, and its header counted) for later spans */
     *over = r == LULL_TAKE_OVER_LIMIT;
-    if (r != LULL_TAKE_OK) return NULL;
-    span_init_slices(s, LULL_META_SLICES, n);
-    return &lull_span_table_of(s)->slices[LULL_META_SLICES];
+    if (*over) return NULL;
+    /* The segment is published (segment_create): the reclaim thread's
+     * warm reserve, which claims clean slices without the arena lock, took
+     * part of the run meanwhile. Look again (the hint leads to the new
+     * segment, which has more): returning NULL made a malloc(962) fail
+     * with no limit set (tsan_reclaim in CI; test_race_segment) */
+    goto again;
 over_limit:
     pthread_mutex_unlock(&a->lock);
     *over = true;
