@@ -24,8 +24,7 @@ extern __thread lull_heap *lull_tl_heap;
 static inline void lull_heap_set_current(lull_heap *h, unsigned c, lull_span *s) {
     h->current[c] = s;
     if (h->profile || h->reuse_direct[c]) return;
-    for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
-        h->direct[w] = s;
+    lull_direct_point(h, c, s);
 }
 
 /* The calling thread's heap, created or adopted if it has none; NULL when

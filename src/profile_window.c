@@ -47,8 +47,7 @@ bool lull_profile_heap_attach(lull_heap *h) {
     /* from now on the fast path pops from the windows (empty: the first
      * malloc of each size takes the slow path and cuts one) */
     for (unsigned c = 1; c < lull_class_count; c++)
-        for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
-            h->direct[w] = &p->window[c];
+        lull_direct_point(h, c, &p->window[c]);
     return true;
 }
 

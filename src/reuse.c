@@ -17,8 +17,7 @@ static lull_span reuse_waiting;
  * when the class's span runs dry (the slow path looks at the list first). */
 static void point_direct(lull_heap *h, unsigned c, lull_span *s) {
     h->reuse_direct[c] = s == &reuse_waiting;
-    for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
-        h->direct[w] = s;
+    lull_direct_point(h, c, s);
 }
 
 void lull_reuse_point_away(lull_heap *h, unsigned c) {
@@ -41,7 +40,7 @@ void lull_reuse_flush(lull_heap *h) {
         if (h->reuse[c]) {
             h->reuse[c] = NULL;
             h->reuse_count[c] = 0;
-            if (h->reuse_direct[c]) point_direct(h, c, h->current[c]);
+            if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
         }
     }
     h->reuse_bytes = 0;

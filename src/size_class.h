@@ -25,6 +25,13 @@ extern unsigned lull_class_count;
  * last (last < first: none). */
 extern uint8_t lull_class_first_word[LULL_CLASSES], lull_class_last_word[LULL_CLASSES];
 
+/* Point the direct[] slots of every size of class c (a heap's malloc fast
+ * path table, base/types.h) at s. */
+static inline void lull_direct_point(lull_heap *h, unsigned c, lull_span *s) {
+    for (unsigned w = lull_class_first_word[c]; w <= lull_class_last_word[c]; w++)
+        h->direct[w] = s;
+}
+
 void lull_size_classes_init(void);
 
 static inline unsigned lull_class_of(size_t size) {
