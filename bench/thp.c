@@ -11,7 +11,8 @@
  * arrays (mmap, MADV_NOHUGEPAGE, ~0.6 % of the heap) are in the denominator
  * for every allocator alike (INFO thp base_* has them).
  *
- * coverage: a heap of --heap-mib (512; --quick 64) of 64-4096 B objects,
+ * coverage: a heap of --heap-mib (512; --quick 64) of 64-4096 B objects
+ * (--min-bytes, --max-bytes),
  * sizes drawn uniformly, each written in full; then the coverage
  * (coverage_alloc_pct), RSS and time. Then a churn with purging on (every
  * allocator as configured by default): --rounds (10; --quick 3) of
@@ -66,6 +67,7 @@ static struct {
     uint64_t idle_ms;
     uint64_t ops;
     uint64_t chains;
+    uint32_t min_bytes, max_bytes;
 } cfg;
 
 /* ---- /proc/self/smaps_rollup -------------------------------------------- */
@@ -179,8 +181,12 @@ static void *alloc_or_die(size_t n) {
 
 /* ---- coverage ------------------------------------------------------------- */
 
-#define COV_MIN 64u
-#define COV_MAX 4096u
+/* object sizes; --min-bytes and --max-bytes change them (buffers of 16
+ * KiB-1 MiB, say: spans of their own, whose frees leave holes the next
+ * allocations fill, where placement decides which 2 MiB regions stay
+ * dense) */
+#define COV_MIN cfg.min_bytes
+#define COV_MAX cfg.max_bytes
 #define MAX_ROUNDS 100
 
 static void **cov_ptr;
@@ -425,6 +431,7 @@ static void run_tlb(void) {
 static void usage(void) {
     fprintf(stderr,
             "usage: thp --mode coverage [--quick] [--heap-mib N] [--rounds N] [--idle-ms N]\n"
+            "                          [--min-bytes N] [--max-bytes N]\n"
             "       thp --mode tlb [--quick] [--heap-mib N] [--ops N] [--chains N]\n");
     exit(2);
 }
@@ -432,6 +439,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
     const char *mode = NULL;
     uint64_t heap = 0, rounds = UINT64_MAX, idle = UINT64_MAX, ops = 0, chains = 4;
+    uint64_t min_bytes = 64, max_bytes = 4096;
     for (int i = 1; i < argc; i++) {
         if (arg_flag(argv, i, "--quick")) {
             cfg.quick = 1;
@@ -440,7 +448,9 @@ int main(int argc, char **argv) {
                    !arg_u64(argc, argv, &i, "--rounds", &rounds) &&
                    !arg_u64(argc, argv, &i, "--idle-ms", &idle) &&
                    !arg_u64(argc, argv, &i, "--ops", &ops) &&
-                   !arg_u64(argc, argv, &i, "--chains", &chains)) {
+                   !arg_u64(argc, argv, &i, "--chains", &chains) &&
+                   !arg_u64(argc, argv, &i, "--min-bytes", &min_bytes) &&
+                   !arg_u64(argc, argv, &i, "--max-bytes", &max_bytes)) {
             usage();
         }
     }
@@ -452,6 +462,9 @@ int main(int argc, char **argv) {
     cfg.ops = ops ? ops : cfg.quick ? 2000000 : 20000000;
     cfg.chains = chains;
     if (cfg.rounds > MAX_ROUNDS || cfg.chains < 1 || cfg.chains > MAX_CHAINS) usage();
+    if (min_bytes < 1 || min_bytes > max_bytes || max_bytes > (64u << 20)) usage();
+    cfg.min_bytes = (uint32_t)min_bytes;
+    cfg.max_bytes = (uint32_t)max_bytes;
 
     bench_check_preload(SC);
     print_sys_file("thp_enabled", "/sys/kernel/mm/transparent_hugepage/enabled");

@@ -29,7 +29,7 @@ void lull_slices_word(const lull_segment *s, unsigned w, lull_slice_word *out) {
 uint64_t lull_slices_free_word(const lull_segment *s, unsigned w) {
     lull_slice_word x;
     lull_slices_word(s, w, &x);
-    return x.dirty | x.purging | x.clean | x.warm;
+    return lull_slice_word_free(&x);
 }
 
 void lull_slices_init_segment(lull_segment *s) {

@@ -57,6 +57,10 @@ typedef struct lull_slice_word {
 } lull_slice_word;
 
 void lull_slices_word(const lull_segment *s, unsigned w, lull_slice_word *out);
+/* The slices of a word read so that are free in any state (not IN_USE). */
+static inline uint64_t lull_slice_word_free(const lull_slice_word *x) {
+    return x->dirty | x->purging | x->clean | x->warm;
+}
 /* Slices of word w that are free in any state (not IN_USE). */
 uint64_t lull_slices_free_word(const lull_segment *s, unsigned w);
 
