@@ -137,6 +137,10 @@ int lull_os_collapse(void *addr, size_t len) {
     return madvise(addr, len, MADV_COLLAPSE) == 0 ? 0 : errno;
 }
 
+int lull_os_populate(void *addr, size_t len) {
+    return madvise(addr, len, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+}
+
 void lull_os_advise_huge(void *addr, size_t len) {
     (void)madvise(addr, len, MADV_HUGEPAGE); /* a hint: nothing to do if refused */
 }

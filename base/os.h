@@ -23,6 +23,10 @@ size_t lull_os_page_size(void);
 /* MADV_COLLAPSE of [addr, addr + len) into huge pages: 0 or the errno. The
  * reclaim thread's only (numa/thp.h): it may take milliseconds. */
 int lull_os_collapse(void *addr, size_t len);
+/* MADV_POPULATE_WRITE of [addr, addr + len): its pages made resident and
+ * writable without touching their contents (safe while other threads write
+ * them); 0 or the errno (EINVAL before Linux 5.14). The reclaim thread's. */
+int lull_os_populate(void *addr, size_t len);
 /* MADV_HUGEPAGE of [addr, addr + len) (the reclaim thread's, thp=always). */
 void lull_os_advise_huge(void *addr, size_t len);
 

@@ -203,6 +203,9 @@ typedef struct lull_segment {
     struct lull_segment *next; /* arena's list */
     int node;
     uint32_t index; /* creation order in the arena */
+    /* the reclaim thread made the metadata's pages resident (or tried:
+     * lull_arena_populate_metadata) */
+    _Atomic uint8_t meta_populated;
 } lull_segment;
 _Static_assert(sizeof(lull_segment) <= LULL_META_HEADER_BYTES, "the header before the parts");
 

@@ -525,6 +525,24 @@ size_t lull_arena_count_slices(lull_arena *a, int which) {
     return n;
 }
 
+unsigned lull_arena_populate_metadata(lull_arena *a) {
+    static _Atomic bool unsupported;
+    unsigned done = 0;
+    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s;
+         s = s->next) {
+        if (atomic_load_explicit(&s->meta_populated, memory_order_relaxed)) break;
+        if (!atomic_load_explicit(&unsupported, memory_order_relaxed)) {
+            int err = lull_os_populate(s, LULL_PAGES_OF(LULL_META_END));
+            if (err == EINVAL || err == ENOSYS)
+                atomic_store_explicit(&unsupported, true, memory_order_relaxed);
+            else if (!err)
+                done++;
+        }
+        atomic_store_explicit(&s->meta_populated, 1, memory_order_relaxed);
+    }
+    return done;
+}
+
 bool lull_arena_add_spare_segment(lull_arena *a) {
     /* its header is resident: not past the heap limit */
     if (lull_resident_room() < (uint64_t)LULL_META_SLICES << LULL_SLICE_SHIFT) return false;

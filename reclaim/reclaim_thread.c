@@ -161,6 +161,10 @@ static bool collapse_dense(uint32_t now) {
  * lull_purge_all and the heap limit */
 static bool tick(bool forced) {
     uint32_t now = lull_now_ms();
+    /* first: a request thread's fault in new metadata could wait for this
+     * tick's collapses and munmaps (numa/arena.h) */
+    for (int i = 0; i < lull_arena_count; i++)
+        lull_arena_populate_metadata(&lull_arenas[i]);
     bool work = forced ? lull_purge_now(&R.backend, &R.stats) : purge_due(now);
     if (forced)
         STAT_ADD(forced_ticks, 1);
