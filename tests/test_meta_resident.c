@@ -32,11 +32,13 @@ static size_t meta_pages_missing(lull_segment *s) {
     return missing;
 }
 
+#ifndef LULL_SANITIZED /* the sanitizers' shadow memory faults on its own */
 static long thread_minor_faults(void) {
     struct rusage u;
     getrusage(RUSAGE_THREAD, &u);
     return u.ru_minflt;
 }
+#endif
 
 Test(meta_resident, the_reclaim_thread_makes_metadata_resident_and_frees_fault_nothing,
      .timeout = 60) {
