@@ -59,6 +59,11 @@ void lull_heaps_collect_abandoned(void);
  * (under the registry lock, if it is free), not at the next reclaim tick. */
 void lull_heap_collect_if_abandoned(lull_heap *h);
 
+/* Is h one of the heaps (any state)? Without the lock: the registry only
+ * grows, and heaps are never freed (a racy check's answer, for
+ * the reuse check in src/alloc.c). */
+bool lull_heap_is_one(const lull_heap *h);
+
 /* Walk every heap (registry); the callback runs with the registry locked. */
 void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg);
 
