@@ -305,6 +305,9 @@ typedef struct lull_heap {
      * take theirs off (lull_reuse_fits counts again at the bound) */
     uint32_t reuse_bytes;
     uint32_t reuse_recount_wait; /* frees past the bound before it counts again */
+    /* bit c: class c's list took a block since the count last found it
+     * empty (the count reads only those: each list is a line of its own) */
+    uint64_t reuse_listed[(LULL_CLASSES + 63) / 64];
     lull_span reuse[LULL_CLASSES];
     /* src/defrag.c: the heap's counters when its views were last known to
      * be right, and the views (read and written by defrag calls only) */

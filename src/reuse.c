@@ -4,6 +4,8 @@
 #include "src/size_class.h"
 #include "src/span.h"
 
+#include <string.h>
+
 uint32_t lull_reuse_max_bytes = LULL_REUSE_MAX_BYTES;
 
 /* A class of sizes near 1 KiB has 16 direct words: pointing them away
@@ -35,8 +37,15 @@ bool lull_reuse_recount_fits(lull_heap *h, uint32_t bs) {
         return false;
     }
     uint32_t bytes = 0;
-    for (unsigned c = 0; c < lull_class_count; c++)
-        bytes += lull_reuse_count(h, c) * lull_classes[c].block_size;
+    for (unsigned w = 0; w < sizeof h->reuse_listed / sizeof h->reuse_listed[0]; w++)
+        for (uint64_t bits = h->reuse_listed[w]; bits; bits &= bits - 1) {
+            unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
+            if (!h->reuse[c].free) {
+                h->reuse_listed[w] &= ~((uint64_t)1 << (c % 64));
+                continue;
+            }
+            bytes += lull_reuse_count(h, c) * lull_classes[c].block_size;
+        }
     h->reuse_bytes = bytes;
     if (bytes + bs <= lull_reuse_max_bytes) return true;
     h->reuse_recount_wait = LULL_REUSE_RECOUNT_WAIT;
@@ -50,6 +59,7 @@ void lull_reuse_reset(lull_heap *h) {
                       lull_classes[c].block_size < 2 * sizeof(uintptr_t);
         h->reuse[c].used = closed ? LULL_REUSE_CLOSED : 0;
     }
+    memset(h->reuse_listed, 0, sizeof h->reuse_listed);
     h->reuse_bytes = 0;
 }
 

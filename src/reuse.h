@@ -74,11 +74,13 @@ static inline void lull_reuse_mark(lull_block *b, const lull_heap *keeper) {
 }
 
 /* The heap bound was reached by the count that pops do not lower: count
- * the lists' bytes again; true if bs more fit. A count that finds the
- * lists full waits LULL_REUSE_RECOUNT_WAIT frees past the bound before the
- * next (each walks every class: in bench_throughput --mode larson, whose
- * lists stay near the bound, counting at every such free cost 4 % of the
- * instructions). */
+ * the lists' bytes again; true if bs more fit. It reads the lists that
+ * took blocks since it last found them empty (reuse_listed): reading all
+ * 112, a line each, was most of larson-live's added L1 misses (callgrind
+ * --cache-sim). A count that finds the lists full waits
+ * LULL_REUSE_RECOUNT_WAIT frees past the bound before the next (in
+ * bench_throughput --mode larson, whose lists stay near the bound,
+ * counting at every such free cost 4 % of the instructions). */
 #define LULL_REUSE_RECOUNT_WAIT 32
 bool lull_reuse_recount_fits(lull_heap *h, uint32_t bs);
 
@@ -104,7 +106,9 @@ static inline bool lull_reuse_bytes_fit(const lull_heap *h, const lull_span *spa
  * slots are due to lead to its list now (the caller tail-calls
  * lull_reuse_point_away, so that the free needs no frame). */
 static inline bool lull_reuse_put(lull_heap *h, lull_block *b, const lull_span *span) {
-    lull_span *list = &h->reuse[span->size_class];
+    unsigned c = span->size_class;
+    lull_span *list = &h->reuse[c];
+    if (!list->free) h->reuse_listed[c / 64] |= (uint64_t)1 << (c % 64);
     lull_block_set_next(b, list->free);
     lull_reuse_mark(b, h);
     list->free = b;
