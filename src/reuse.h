@@ -26,8 +26,9 @@
  * - its span descriptor's `used` is minus the count (a fast-path pop adds
  *   one, a keep takes one off); at most LULL_REUSE_MAX_BLOCKS a class and
  *   LULL_REUSE_MAX_BYTES a heap (what an idle thread can hold, besides its
- *   outbox), and only blocks of spans on the heap's node (placement stays
- *   NUMA-local);
+ *   outbox), and only blocks of spans on the heap's node when the list
+ *   took its first block (placement stays NUMA-local; a thread that moves
+ *   to another node keeps the old node's blocks until the list empties);
  * - direct[] of class c leads to h->reuse[c] only while reuse_direct[c];
  *   the slow path points it back when the list runs dry under it;
  * - lull_reuse_flush sends every block home (a thread's collect and exit).
@@ -91,9 +92,12 @@ bool lull_reuse_recount_fits(lull_heap *h, uint32_t bs);
  * was 46 instructions of frame and checks (callgrind, larson-live). */
 static inline bool lull_reuse_fits(const lull_heap *h, const lull_block *b, const lull_span *span) {
     const lull_span *list = &h->reuse[span->size_class];
-    return (int32_t)list->used > -LULL_REUSE_MAX_BLOCKS && /* closed lists read full */
-           (!list->free || lull_segment_of(list->free) == lull_segment_of(b)) &&
-           lull_segment_of(b)->node == h->node;
+    if ((int32_t)list->used <= -LULL_REUSE_MAX_BLOCKS) return false; /* closed lists read full */
+    /* a list's blocks are of one segment, which was on the heap's node when
+     * the list took its first: the node is looked at only then (a load of
+     * the segment's header fewer) */
+    if (list->free) return lull_segment_of(list->free) == lull_segment_of(b);
+    return lull_segment_of(b)->node == h->node;
 }
 
 /* The byte bound, by the count that may be high (then
