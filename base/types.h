@@ -309,6 +309,10 @@ typedef struct lull_heap {
      * empty (the count reads only those: each list is a line of its own) */
     uint64_t reuse_listed[(LULL_CLASSES + 63) / 64];
     lull_span reuse[LULL_CLASSES];
+    /* blocks of other segments than their class's list: a second list a
+     * class, linked as in a message, popped by the slow path */
+    lull_block *reuse_other[LULL_CLASSES];
+    uint8_t reuse_other_count[LULL_CLASSES];
     /* src/defrag.c: the heap's counters when its views were last known to
      * be right, and the views (read and written by defrag calls only) */
     uint64_t defrag_allocs, defrag_frees, defrag_taken, defrag_returned;

@@ -173,6 +173,7 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
             c++;
         if (c < lull_class_count) {
             if (h->reuse[c].free) return lull_reuse_take(h, c);
+            if (h->reuse_other[c]) return lull_reuse_take_other(h, c);
             if (__builtin_expect(h->profile != NULL, 0)) {
                 void *b = lull_profile_alloc_small(h, c, size, zeroed);
                 if (!b) goto oom;
@@ -282,6 +283,7 @@ void *lull_malloc_slow(size_t size) {
         unsigned c = lull_small_class_of[(size + 7) >> 3];
         if (h->reuse[c].free) return lull_reuse_take(h, c);
         if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
+        if (h->reuse_other[c]) return lull_reuse_take_other(h, c);
     }
     return malloc_slower(size);
 }
@@ -464,12 +466,19 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
              * through the walks below (larson-live 110-206 ns an operation
              * instead of 66-80). */
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
-        if (__builtin_expect(lull_block_looks_free(b), 0) ||
-            __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
+        bool checked = __builtin_expect(lull_block_looks_free(b), 0) ||
+                       __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED);
 #else
-        if (__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
+        bool checked = __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED);
 #endif
-            check_remote_double_free(span, b);
+        if (checked) check_remote_double_free(span, b);
+        /* what lull_free_other did not keep for the block's segment (its
+         * class's list holds another's), on the class's second list
+         * (reuse.h); not a checked block, nor a heap-less thread's */
+        if (!checked && h != &lull_heap_empty && lull_reuse_put_other(h, b, span)) {
+            h->frees++;
+            return;
+        }
         /* remote frees go out in batches, one message per owner (outbox.h),
          * from the freeing thread's heap: a thread that only frees (a
          * consumer) gets one now. An exiting thread past lull's heap

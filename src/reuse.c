@@ -40,11 +40,12 @@ bool lull_reuse_recount_fits(lull_heap *h, uint32_t bs) {
     for (unsigned w = 0; w < sizeof h->reuse_listed / sizeof h->reuse_listed[0]; w++)
         for (uint64_t bits = h->reuse_listed[w]; bits; bits &= bits - 1) {
             unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
-            if (!h->reuse[c].free) {
+            if (!h->reuse[c].free && !h->reuse_other[c]) {
                 h->reuse_listed[w] &= ~((uint64_t)1 << (c % 64));
                 continue;
             }
-            bytes += lull_reuse_count(h, c) * lull_classes[c].block_size;
+            bytes +=
+                (lull_reuse_count(h, c) + h->reuse_other_count[c]) * lull_classes[c].block_size;
         }
     h->reuse_bytes = bytes;
     if (bytes + bs <= lull_reuse_max_bytes) return true;
@@ -52,7 +53,25 @@ bool lull_reuse_recount_fits(lull_heap *h, uint32_t bs) {
     return false;
 }
 
+bool lull_reuse_put_other(lull_heap *h, lull_block *b, const lull_span *span) {
+    unsigned c = span->size_class;
+    const lull_span *list = &h->reuse[c];
+    if ((int32_t)list->used <= -LULL_REUSE_MAX_BLOCKS || /* closed lists read full */
+        lull_reuse_count(h, c) + h->reuse_other_count[c] >= LULL_REUSE_MAX_BLOCKS ||
+        lull_segment_of(b)->node != h->node ||
+        !(lull_reuse_bytes_fit(h, span) || lull_reuse_recount_fits(h, span->block_size)))
+        return false;
+    lull_message_link(b, h->reuse_other[c]);
+    h->reuse_other[c] = b;
+    h->reuse_other_count[c]++;
+    h->reuse_listed[c / 64] |= (uint64_t)1 << (c % 64);
+    h->reuse_bytes += span->block_size;
+    return true;
+}
+
 void lull_reuse_reset(lull_heap *h) {
+    memset(h->reuse_other, 0, sizeof h->reuse_other);
+    memset(h->reuse_other_count, 0, sizeof h->reuse_other_count);
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
         h->reuse[c].free = NULL;
         bool closed = h->profile || c >= lull_class_count ||
@@ -69,6 +88,12 @@ void lull_reuse_flush(lull_heap *h) {
         lull_span *list = &h->reuse[c];
         for (lull_block *b = list->free, *next; b; b = next) {
             next = lull_block_next(b); /* before the outbox links it its way */
+            lull_span *span = lull_span_of(lull_segment_of(b), b);
+            lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
+            lull_outbox_put(h, owner, b, span->block_size);
+        }
+        for (lull_block *b = h->reuse_other[c], *next; b; b = next) {
+            next = lull_message_next(b);
             lull_span *span = lull_span_of(lull_segment_of(b), b);
             lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
             lull_outbox_put(h, owner, b, span->block_size);

@@ -120,6 +120,26 @@ static inline bool lull_reuse_put(lull_heap *h, lull_block *b, const lull_span *
     return --list->used == 0u - LULL_REUSE_BATCH;
 }
 
+/* A block lull_reuse_fits refused for its segment alone (its class's list
+ * holds another segment's blocks): kept on the class's second list,
+ * linked and marked as in a message (lull_block_in_message: a second free
+ * aborts as for a block in a message), popped by the slow path when the
+ * first list is empty, within the same bounds. Without it, bench_footprint
+ * pool_larson (blocks of two segments) peaked at 60-63 MiB instead of
+ * 42-44: the refused blocks went home to a thread that waits in
+ * pthread_join. Out of line: the free's slow path. */
+bool lull_reuse_put_other(lull_heap *h, lull_block *b, const lull_span *span);
+
+static inline lull_block *lull_reuse_take_other(lull_heap *h, unsigned c) {
+    lull_block *b = h->reuse_other[c];
+    h->reuse_other[c] = lull_message_next(b);
+    h->reuse_other_count[c]--;
+    h->reuse_bytes -= lull_classes[c].block_size;
+    b->next_encoded = 0; /* its mark: its free would take it for a second one */
+    h->allocs++;
+    return b;
+}
+
 /* A block of class c from h's list (which must hold one), handed out by
  * the slow path (counted, its link cleared). */
 static inline lull_block *lull_reuse_take(lull_heap *h, unsigned c) {

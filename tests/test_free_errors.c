@@ -551,6 +551,47 @@ Test(free_errors, double_free_of_a_kept_block_by_a_third_thread, .init = warm) {
     expect_kept_double_free(third_thread_frees_a_kept_block, "other threads");
 }
 
+/* A block of another segment than its class's list is kept on the second
+ * list (marked as in a message): freed again by its keeper, it aborts. */
+#define BIG_BLOCK 16384
+#define BIG_MAX 4096 /* 64 MiB: two segments' worth at the most */
+static void *g_first_segment;
+
+static void *keep_two_segments_and_free_again(void *unused) {
+    (void)unused;
+    lull_free(lull_malloc(8));
+    lull_free(g_first_segment);
+    lull_free(g_kept); /* the other segment's: the second list */
+    lull_free(g_kept);
+    atomic_store(&g_remote_done, 1);
+    return NULL;
+}
+
+static void keeper_frees_a_second_list_block_twice(void *unused) {
+    (void)unused;
+    start_freeing_thread(keep_two_segments_and_free_again);
+}
+
+Test(free_errors, double_free_of_a_block_on_the_second_reuse_list, .init = warm) {
+    static void *big[BIG_MAX];
+    unsigned n = 0;
+    g_kept = NULL;
+    while (n < BIG_MAX && !g_kept) {
+        big[n] = lull_malloc(BIG_BLOCK);
+        cr_assert_not_null(big[n]);
+        if (lull_segment_of(big[n]) != lull_segment_of(big[0])) g_kept = big[n];
+        n++;
+    }
+    cr_assert_not_null(g_kept, "no second segment after %u blocks", n);
+    g_first_segment = big[0];
+    child_result r;
+    run_in_child(keeper_frees_a_second_list_block_twice, NULL, &r);
+    expect_abort(&r, g_kept, "double free");
+    cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
+    for (unsigned i = 0; i < n; i++)
+        lull_free(big[i]);
+}
+
 /* A kept block that malloc's fast path handed out again keeps its keeper's
  * name in its second word. A live block whose first word its user set to
  * what looks like a free-list link (so that its free takes the checked

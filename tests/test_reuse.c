@@ -228,3 +228,55 @@ Test(reuse, a_single_kept_block_is_taken_when_the_span_runs_dry) {
     cr_assert_lt(taken_before_dry, 64, "the kept block was never handed out");
     cr_assert_gt(taken_before_dry, 0, "the kept block came before the span's own");
 }
+
+/* ---- a block of another segment goes on the class's second list ----------- */
+
+#define BIG_BLOCK 16384
+#define BIG_MAX 4096 /* 64 MiB: two segments' worth at the most */
+
+static void *big[BIG_MAX];
+static unsigned n_big;
+static void *two_segments[2];
+static unsigned kept_first, kept_other;
+static void *got_two[2];
+
+/* Blocks of BIG_BLOCK until one lies in another segment than the first. */
+static void allocate_in_two_segments(void) {
+    n_big = 0;
+    two_segments[1] = NULL;
+    while (n_big < BIG_MAX && !two_segments[1]) {
+        big[n_big] = lull_malloc(BIG_BLOCK);
+        cr_assert_not_null(big[n_big]);
+        if (lull_segment_of(big[n_big]) != lull_segment_of(big[0])) two_segments[1] = big[n_big];
+        n_big++;
+    }
+    two_segments[0] = big[0];
+    cr_assert_not_null(two_segments[1], "no second segment after %u blocks", n_big);
+}
+
+static void *keep_two_segments(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(8));
+    unsigned c = lull_class_of(BIG_BLOCK);
+    lull_free(two_segments[0]);
+    lull_free(two_segments[1]);
+    kept_first = lull_reuse_count(lull_tl_heap, c);
+    kept_other = lull_tl_heap->reuse_other_count[c];
+    got_two[0] = lull_malloc(BIG_BLOCK);
+    got_two[1] = lull_malloc(BIG_BLOCK);
+    lull_free(got_two[0]);
+    lull_free(got_two[1]);
+    return NULL;
+}
+
+Test(reuse, a_block_of_another_segment_is_kept_on_the_second_list) {
+    allocate_in_two_segments();
+    run_thread(keep_two_segments);
+    cr_assert_eq(kept_first, 1);
+    cr_assert_eq(kept_other, 1, "the other segment's block was not kept");
+    cr_assert_eq(got_two[0], two_segments[0]);
+    cr_assert_eq(got_two[1], two_segments[1]);
+    lull_thread_collect();
+    for (unsigned i = 1; i < n_big; i++)
+        if (big[i] != two_segments[1]) lull_free(big[i]);
+}
