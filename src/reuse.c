@@ -69,14 +69,17 @@ bool lull_reuse_put_other(lull_heap *h, lull_block *b, const lull_span *span) {
     return true;
 }
 
+/* Writes only what differs: the stand-in spans are 14 KiB of a heap, whose
+ * pages a thread that never keeps a block of most classes need not touch. */
 void lull_reuse_reset(lull_heap *h) {
     memset(h->reuse_other, 0, sizeof h->reuse_other);
     memset(h->reuse_other_count, 0, sizeof h->reuse_other_count);
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
-        h->reuse[c].free = NULL;
         bool closed = h->profile || c >= lull_class_count ||
                       lull_classes[c].block_size < 2 * sizeof(uintptr_t);
-        h->reuse[c].used = closed ? LULL_REUSE_CLOSED : 0;
+        uint32_t used = closed ? LULL_REUSE_CLOSED : 0;
+        if (h->reuse[c].free) h->reuse[c].free = NULL;
+        if (h->reuse[c].used != used) h->reuse[c].used = used;
     }
     memset(h->reuse_listed, 0, sizeof h->reuse_listed);
     h->reuse_bytes = 0;
