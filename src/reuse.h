@@ -96,7 +96,7 @@ static inline bool lull_reuse_fits(const lull_heap *h, const lull_block *b, cons
     /* a list's blocks are of one segment, which was on the heap's node when
      * the list took its first: the node is looked at only then (a load of
      * the segment's header fewer) */
-    if (list->free) return lull_segment_of(list->free) == lull_segment_of(b);
+    if (list->free) return (((uintptr_t)list->free ^ (uintptr_t)b) >> LULL_SEGMENT_SHIFT) == 0;
     return lull_segment_of(b)->node == h->node;
 }
 
