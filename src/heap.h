@@ -19,8 +19,8 @@ extern lull_span lull_span_empty;
 extern __thread lull_heap *lull_tl_heap;
 
 /* Make s the current span of class c (and of the direct slots of its
- * sizes, unless they point at the heap profile's windows, or at reuse's
- * waiting span while the class's reuse list holds blocks: src/reuse.h). */
+ * sizes, unless they point at the heap profile's windows, or at the
+ * class's reuse list while it leads malloc there: src/reuse.h). */
 static inline void lull_heap_set_current(lull_heap *h, unsigned c, lull_span *s) {
     h->current[c] = s;
     if (h->profile || h->reuse_direct[c]) return;
