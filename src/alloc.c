@@ -544,8 +544,8 @@ __attribute__((noinline)) static void keep_if_recount_fits(void *p, lull_span *s
 }
 
 /* What lull_free_other's list refused for its segment (the class's list
- * holds another's), or its bounds: the class's second list (reuse.h), else
- * the slow path. Out of line, straight from lull_free_other: through the
+ * holds another's) or node: the class's second list (reuse.h), else the
+ * slow path. Out of line, straight from lull_free_other: through the
  * slow path's checks again, bench_throughput --mode larson (whose blocks
  * lie in two segments) spent 3 % of its instructions there. */
 __attribute__((noinline)) static void keep_other_or_slow(void *p, lull_span *span, lull_heap *h) {
@@ -571,13 +571,19 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
         !lull_block_looks_free(b) &&
 #endif
-        !__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED)) {
+        !__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED) &&
+        !lull_reuse_full(h, span)) {
         if (!lull_reuse_fits(h, b, span)) {
             keep_other_or_slow(p, span, h);
             return;
         }
         if (__builtin_expect(!lull_reuse_bytes_fit(h, span), 0)) {
-            keep_if_recount_fits(p, span, h);
+            if (h->reuse_recount_wait) { /* lull_reuse_recount_fits' wait, without its call */
+                h->reuse_recount_wait--;
+                free_other_slow(p, span, h);
+            } else {
+                keep_if_recount_fits(p, span, h);
+            }
             return;
         }
         h->frees++;
