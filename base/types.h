@@ -299,11 +299,23 @@ typedef struct lull_heap {
     uint32_t outbox_pending; /* bit i: outbox[i] holds blocks */
     lull_outbox_slot outbox[LULL_OUTBOX_SLOTS];
     /* src/reuse.h: blocks of other heaps' spans this thread freed and hands
-     * out again itself, a list a class (linked as in a message) */
-    lull_block *reuse[LULL_CLASSES];
-    uint16_t reuse_count[LULL_CLASSES];
-    uint8_t reuse_direct[LULL_CLASSES]; /* direct[] of the class points away */
+     * out again itself. reuse[c] is a stand-in span descriptor: its `free`
+     * is the list of class c (linked as a span's free list, all of one
+     * segment), minus its `used` the count, so that direct[] can lead
+     * malloc's fast path to it */
+    uint8_t reuse_direct[LULL_CLASSES]; /* direct[] of the class leads to reuse[c] */
+    /* at least the bytes on the lists: pops by malloc's fast path do not
+     * take theirs off (lull_reuse_fits counts again at the bound) */
     uint32_t reuse_bytes;
+    uint32_t reuse_recount_wait; /* frees past the bound before it counts again */
+    /* bit c: class c's list took a block since the count last found it
+     * empty (the count reads only those: each list is a line of its own) */
+    uint64_t reuse_listed[(LULL_CLASSES + 63) / 64];
+    lull_span reuse[LULL_CLASSES];
+    /* blocks of other segments than their class's list: a second list a
+     * class, linked as in a message, popped by the slow path */
+    lull_block *reuse_other[LULL_CLASSES];
+    uint8_t reuse_other_count[LULL_CLASSES];
     /* src/defrag.c: the heap's counters when its views were last known to
      * be right, and the views (read and written by defrag calls only) */
     uint64_t defrag_allocs, defrag_frees, defrag_taken, defrag_returned;

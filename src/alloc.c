@@ -172,7 +172,8 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
         while (c < lull_class_count && lull_classes[c].block_size % alignment)
             c++;
         if (c < lull_class_count) {
-            if (h->reuse[c]) return lull_reuse_take(h, c);
+            if (h->reuse[c].free) return lull_reuse_take(h, c);
+            if (h->reuse_other[c]) return lull_reuse_take_other(h, c);
             if (__builtin_expect(h->profile != NULL, 0)) {
                 void *b = lull_profile_alloc_small(h, c, size, zeroed);
                 if (!b) goto oom;
@@ -262,20 +263,29 @@ __attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, s
     return p;
 }
 
-void *lull_malloc_slow(size_t size) {
-    if (size <= 1024) {
-        /* a block this thread freed into another heap's span first
-         * (reuse.h): the heap is set up (the empty heap's lists are empty) */
-        lull_heap *h = lull_tl_heap;
-        unsigned c = lull_small_class_of[(size + 7) >> 3];
-        if (h->reuse[c]) return lull_reuse_take(h, c);
-    }
+/* Everything lull_malloc_slow's common case leaves. */
+__attribute__((noinline)) static void *malloc_slower(size_t size) {
     bool zeroed;
     if (size > LULL_MAX_ALLOC) {
         errno = ENOMEM;
         return NULL;
     }
     return alloc_zeroable(size, 1, &zeroed);
+}
+
+/* A block this thread freed into another heap's span first (reuse.h): the
+ * heap is set up (the empty heap's lists are empty). Without a frame: the
+ * rest of the slow path saves four registers. A list that direct[] led to
+ * and that ran dry: direct[] leads back to the class's span. */
+void *lull_malloc_slow(size_t size) {
+    if (__builtin_expect(size <= 1024, 1)) {
+        lull_heap *h = lull_tl_heap;
+        unsigned c = lull_small_class_of[(size + 7) >> 3];
+        if (h->reuse[c].free) return lull_reuse_take(h, c);
+        if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
+        if (h->reuse_other[c]) return lull_reuse_take_other(h, c);
+    }
+    return malloc_slower(size);
 }
 
 void *lull_malloc_aligned_generic(size_t alignment, size_t size) {
@@ -304,8 +314,10 @@ void *lull_calloc_generic(size_t size) {
  * has no heap (any thread; the others are counted on the freeing heap). */
 _Atomic uint64_t lull_other_frees;
 
+static bool kept_by_someone(const lull_block *b, const lull_span *span);
+
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
-    if (lull_block_in_message(b))
+    if (lull_block_in_message(b) || kept_by_someone(b, span))
         lull_fatal("free(): double free of %p (freed by another thread, then by its owner thread)",
                    (void *)b);
     /* a block another thread freed first is on the remote list: bring that
@@ -361,9 +373,34 @@ free_list_has(const lull_span *span, const lull_block *first, const lull_block *
     return false;
 }
 
+/* Is b (of `span`, looking free) on the reuse list (src/reuse.h) of the
+ * heap its second word names? True only if b was found linked there: a
+ * block malloc's fast path handed out again keeps the name of its last
+ * keeper, whose list no longer has it. The keeper writes its list while
+ * this walks it: each link is checked to lie in b's segment (a list holds
+ * one segment's blocks, and a segment stays mapped, so a read never
+ * faults) before it is followed, and at most the bound's count are
+ * followed. TSan is told not to watch these reads: they are racy by
+ * design, and nothing is written. */
+__attribute__((no_sanitize("thread"))) static bool kept_by_someone(const lull_block *b,
+                                                                   const lull_span *span) {
+    uintptr_t word = __atomic_load_n(&(&b->next_encoded)[1], __ATOMIC_RELAXED);
+    const lull_heap *keeper = (const lull_heap *)(word ^ ((uintptr_t)b >> 12));
+    if (span->size_class >= LULL_CLASSES || !lull_heap_is_one(keeper)) return false;
+    const lull_span *list = &keeper->reuse[span->size_class];
+    const lull_block *f = __atomic_load_n(&list->free, __ATOMIC_RELAXED);
+    for (unsigned n = 0; f && n <= LULL_REUSE_MAX_BLOCKS; n++) {
+        if (lull_segment_of(f) != lull_segment_of(b)) return false;
+        if (f == b) return true;
+        uintptr_t link = __atomic_load_n(&f->next_encoded, __ATOMIC_RELAXED);
+        f = (const lull_block *)(link ^ ((uintptr_t)f >> 12));
+    }
+    return false;
+}
+
 __attribute__((no_sanitize("thread"))) static void check_remote_double_free(lull_span *span,
                                                                             lull_block *b) {
-    if (lull_block_in_message(b)) lull_fatal_remote_double_free(b);
+    if (lull_block_in_message(b) || kept_by_someone(b, span)) lull_fatal_remote_double_free(b);
     lull_block *local = __atomic_load_n(&span->free, __ATOMIC_RELAXED);
     if (free_list_has(span, local, b))
         lull_fatal("free(): double free of %p (freed by its owner thread, then by another thread)",
@@ -494,23 +531,63 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
     lull_fatal("free(): invalid pointer or double free of %p (no block there)", p);
 }
 
+/* A block lull_free_other may keep but for the heap's byte bound, by a
+ * count that pops on malloc's fast path left high: counted again, out of
+ * line (the call would give lull_free_other a frame). */
+__attribute__((noinline)) static void keep_if_recount_fits(void *p, lull_span *span, lull_heap *h) {
+    if (!lull_reuse_recount_fits(h, span->block_size)) {
+        free_other_slow(p, span, h);
+        return;
+    }
+    h->frees++;
+    if (lull_reuse_put(h, p, span)) lull_reuse_point_away(h, span->size_class);
+}
+
+/* What lull_free_other's list refused for its segment (the class's list
+ * holds another's) or node: the class's second list (reuse.h), else the
+ * slow path. Out of line, straight from lull_free_other: through the
+ * slow path's checks again, bench_throughput --mode larson (whose blocks
+ * lie in two segments) spent 3 % of its instructions there. */
+__attribute__((noinline)) static void keep_other_or_slow(void *p, lull_span *span, lull_heap *h) {
+    if (h != &lull_heap_empty && lull_reuse_put_other(h, p, span)) {
+        h->frees++;
+        return;
+    }
+    free_other_slow(p, span, h);
+}
+
 /* The common case first, a small block of another heap's span that this
  * thread keeps for reuse (reuse.h), without a frame: the rest saves six
  * registers (16 instructions a remote free, callgrind, larson-live). A
- * huge block's mapping reads as a segment whose span table is zero: kind
- * NONE, so it takes the slow path, which looks at the magic. */
+ * huge block's mapping reads as a segment whose span table is zero: no
+ * heap, so it takes the slow path, which looks at the magic. */
 void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     lull_block *b = p;
-    if (__atomic_load_n(&span->kind, __ATOMIC_ACQUIRE) == LULL_SPAN_SMALL &&
-        h != &lull_heap_empty && span->block_size >= 2 * sizeof(uintptr_t) &&
-        atomic_load_explicit(&span->heap, memory_order_relaxed) != NULL &&
+    /* a span has a heap only while it is a small span in use (a large or
+     * free one has none); the empty heap's lists and the 8-byte class's
+     * read full (reuse.h) */
+    if (atomic_load_explicit(&span->heap, memory_order_relaxed) != NULL &&
         !lull_block_misaligned(span, p) &&
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
         !lull_block_looks_free(b) &&
 #endif
         !__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED) &&
-        lull_reuse_put(h, b, span)) {
+        !lull_reuse_full(h, span)) {
+        if (!lull_reuse_fits(h, b, span)) {
+            keep_other_or_slow(p, span, h);
+            return;
+        }
+        if (__builtin_expect(!lull_reuse_bytes_fit(h, span), 0)) {
+            if (h->reuse_recount_wait) { /* lull_reuse_recount_fits' wait, without its call */
+                h->reuse_recount_wait--;
+                free_other_slow(p, span, h);
+            } else {
+                keep_if_recount_fits(p, span, h);
+            }
+            return;
+        }
         h->frees++;
+        if (lull_reuse_put(h, b, span)) lull_reuse_point_away(h, span->size_class);
         return;
     }
     free_other_slow(p, span, h);

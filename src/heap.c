@@ -25,7 +25,8 @@
 
 lull_span lull_span_empty;
 lull_heap lull_heap_empty = {.direct = {[0 ... LULL_DIRECT_WORDS - 1] = &lull_span_empty},
-                             .current = {[0 ... LULL_CLASSES - 1] = &lull_span_empty}};
+                             .current = {[0 ... LULL_CLASSES - 1] = &lull_span_empty},
+                             .reuse = {[0 ... LULL_CLASSES - 1] = {.used = LULL_REUSE_CLOSED}}};
 __thread lull_heap *lull_tl_heap __attribute__((tls_model("initial-exec"))) = &lull_heap_empty;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -83,8 +84,10 @@ static lull_heap *heap_alloc_locked(void) {
     lull_resident_add(sz);
     for (unsigned c = 0; c < LULL_CLASSES; c++)
         lull_heap_set_current(h, c, &lull_span_empty);
+    lull_reuse_reset(h);
     h->next_all = all_heaps;
-    all_heaps = h;
+    /* release: lull_heap_is_one reads the registry without the lock */
+    __atomic_store_n(&all_heaps, h, __ATOMIC_RELEASE);
     return h;
 }
 
@@ -503,6 +506,12 @@ void lull_heap_collect_if_abandoned(lull_heap *h) {
     if (pthread_mutex_trylock(&registry_lock) != 0) return;
     if (h->abandoned) lull_heap_collect_remote(h); /* still on an abandoned list */
     pthread_mutex_unlock(&registry_lock);
+}
+
+bool lull_heap_is_one(const lull_heap *h) {
+    for (const lull_heap *k = __atomic_load_n(&all_heaps, __ATOMIC_ACQUIRE); k; k = k->next_all)
+        if (k == h) return true;
+    return false;
 }
 
 void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg) {

@@ -19,8 +19,8 @@ extern lull_span lull_span_empty;
 extern __thread lull_heap *lull_tl_heap;
 
 /* Make s the current span of class c (and of the direct slots of its
- * sizes, unless they point at the heap profile's windows, or at reuse's
- * waiting span while the class's reuse list holds blocks: src/reuse.h). */
+ * sizes, unless they point at the heap profile's windows, or at the
+ * class's reuse list while it leads malloc there: src/reuse.h). */
 static inline void lull_heap_set_current(lull_heap *h, unsigned c, lull_span *s) {
     h->current[c] = s;
     if (h->profile || h->reuse_direct[c]) return;
@@ -58,6 +58,11 @@ void lull_heaps_collect_abandoned(void);
 /* A thread that sent remote frees to h: if h is abandoned, collect them now
  * (under the registry lock, if it is free), not at the next reclaim tick. */
 void lull_heap_collect_if_abandoned(lull_heap *h);
+
+/* Is h one of the heaps (any state)? Without the lock: the registry only
+ * grows, and heaps are never freed (a racy check's answer, for
+ * the reuse check in src/alloc.c). */
+bool lull_heap_is_one(const lull_heap *h);
 
 /* Walk every heap (registry); the callback runs with the registry locked. */
 void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg);

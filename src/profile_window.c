@@ -9,6 +9,7 @@
  * windows. */
 #include "src/profile.h"
 #include "src/profile_math.h"
+#include "src/reuse.h"
 #include "src/alloc.h"
 #include "numa/arena.h"
 #include "src/heap.h"
@@ -44,6 +45,7 @@ bool lull_profile_heap_attach(lull_heap *h) {
         p->until_sample[c] = bytes_to_next_sample(p);
     p->large_until_sample = bytes_to_next_sample(p);
     h->profile = p;
+    lull_reuse_reset(h); /* closed: the windows own direct[] (a new heap's lists are empty) */
     /* from now on the fast path pops from the windows (empty: the first
      * malloc of each size takes the slow path and cuts one) */
     for (unsigned c = 1; c < lull_class_count; c++)

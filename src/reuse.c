@@ -4,11 +4,9 @@
 #include "src/size_class.h"
 #include "src/span.h"
 
-uint32_t lull_reuse_max_bytes = LULL_REUSE_MAX_BYTES;
+#include <string.h>
 
-/* What direct[] points at while a batch waits: a span with no free block,
- * so that the fast path falls through to the slow one */
-static lull_span reuse_waiting;
+uint32_t lull_reuse_max_bytes = LULL_REUSE_MAX_BYTES;
 
 /* A class of sizes near 1 KiB has 16 direct words: pointing them away
  * and back for every block cost more than the message it saved
@@ -16,32 +14,94 @@ static lull_span reuse_waiting;
  * pointed away only once LULL_REUSE_BATCH blocks wait; fewer are taken
  * when the class's span runs dry (the slow path looks at the list first). */
 static void point_direct(lull_heap *h, unsigned c, lull_span *s) {
-    h->reuse_direct[c] = s == &reuse_waiting;
+    h->reuse_direct[c] = s == &h->reuse[c];
     lull_direct_point(h, c, s);
 }
 
 void lull_reuse_point_away(lull_heap *h, unsigned c) {
-    if (!h->profile) point_direct(h, c, &reuse_waiting);
+    if (!h->profile) point_direct(h, c, &h->reuse[c]);
 }
 
 void lull_reuse_point_back(lull_heap *h, unsigned c) {
     point_direct(h, c, h->current[c]);
 }
 
+lull_block *lull_reuse_point_back_with(lull_heap *h, unsigned c, lull_block *b) {
+    lull_reuse_point_back(h, c);
+    return b;
+}
+
+bool lull_reuse_recount_fits(lull_heap *h, uint32_t bs) {
+    if (h->reuse_recount_wait) {
+        h->reuse_recount_wait--;
+        return false;
+    }
+    uint32_t bytes = 0;
+    for (unsigned w = 0; w < sizeof h->reuse_listed / sizeof h->reuse_listed[0]; w++)
+        for (uint64_t bits = h->reuse_listed[w]; bits; bits &= bits - 1) {
+            unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
+            if (!h->reuse[c].free && !h->reuse_other[c]) {
+                h->reuse_listed[w] &= ~((uint64_t)1 << (c % 64));
+                continue;
+            }
+            bytes +=
+                (lull_reuse_count(h, c) + h->reuse_other_count[c]) * lull_classes[c].block_size;
+        }
+    h->reuse_bytes = bytes;
+    if (bytes + bs <= lull_reuse_max_bytes) return true;
+    h->reuse_recount_wait = LULL_REUSE_RECOUNT_WAIT;
+    return false;
+}
+
+bool lull_reuse_put_other(lull_heap *h, lull_block *b, const lull_span *span) {
+    unsigned c = span->size_class;
+    const lull_span *list = &h->reuse[c];
+    if ((int32_t)list->used <= -LULL_REUSE_MAX_BLOCKS || /* closed lists read full */
+        lull_reuse_count(h, c) + h->reuse_other_count[c] >= LULL_REUSE_MAX_BLOCKS ||
+        lull_segment_of(b)->node != h->node ||
+        !(lull_reuse_bytes_fit(h, span) || lull_reuse_recount_fits(h, span->block_size)))
+        return false;
+    lull_message_link(b, h->reuse_other[c]);
+    h->reuse_other[c] = b;
+    h->reuse_other_count[c]++;
+    h->reuse_listed[c / 64] |= (uint64_t)1 << (c % 64);
+    h->reuse_bytes += span->block_size;
+    return true;
+}
+
+/* Writes only what differs: the stand-in spans are 14 KiB of a heap, whose
+ * pages a thread that never keeps a block of most classes need not touch. */
+void lull_reuse_reset(lull_heap *h) {
+    memset(h->reuse_other, 0, sizeof h->reuse_other);
+    memset(h->reuse_other_count, 0, sizeof h->reuse_other_count);
+    for (unsigned c = 0; c < LULL_CLASSES; c++) {
+        bool closed = h->profile || c >= lull_class_count ||
+                      lull_classes[c].block_size < 2 * sizeof(uintptr_t);
+        uint32_t used = closed ? LULL_REUSE_CLOSED : 0;
+        if (h->reuse[c].free) h->reuse[c].free = NULL;
+        if (h->reuse[c].used != used) h->reuse[c].used = used;
+    }
+    memset(h->reuse_listed, 0, sizeof h->reuse_listed);
+    h->reuse_bytes = 0;
+}
+
 void lull_reuse_flush(lull_heap *h) {
     if (!h->reuse_bytes) return;
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
-        for (lull_block *b = h->reuse[c], *next; b; b = next) {
+        lull_span *list = &h->reuse[c];
+        for (lull_block *b = list->free, *next; b; b = next) {
+            next = lull_block_next(b); /* before the outbox links it its way */
+            lull_span *span = lull_span_of(lull_segment_of(b), b);
+            lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
+            lull_outbox_put(h, owner, b, span->block_size);
+        }
+        for (lull_block *b = h->reuse_other[c], *next; b; b = next) {
             next = lull_message_next(b);
             lull_span *span = lull_span_of(lull_segment_of(b), b);
             lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
             lull_outbox_put(h, owner, b, span->block_size);
         }
-        if (h->reuse[c]) {
-            h->reuse[c] = NULL;
-            h->reuse_count[c] = 0;
-            if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
-        }
+        if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
     }
-    h->reuse_bytes = 0;
+    lull_reuse_reset(h);
 }

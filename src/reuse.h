@@ -9,20 +9,31 @@
  * (tcmalloc's and jemalloc's thread caches get the same from holding any
  * block).
  *
- * Invariants, all the owner thread's (only it touches h->reuse):
- * - a block on a list is linked as in a message (lull_message_link: its
- *   first word carries the mark), so any second free of it, by anyone,
- *   aborts naming it (lull_block_in_message), as for a block in a message;
- * - malloc's slow path pops the list of the size's class first; once
- *   LULL_REUSE_BATCH blocks wait, the class's direct[] slots point at a
- *   span with no free block (reuse_direct[c] set), so that every malloc of
- *   those sizes takes the slow path, until the last pop points them back
- *   at current[c]: they point away only while the list holds blocks;
- * - a list holds blocks of spans on the heap's node only (placement stays
- *   NUMA-local), at most LULL_REUSE_MAX_BLOCKS a class and
+ * Each class's list is the free list of a stand-in span descriptor in the
+ * heap (h->reuse[c]): linked through the first word, safe-linked as a
+ * span's list, so that once LULL_REUSE_BATCH blocks wait, the class's
+ * direct[] slots lead malloc's fast path to it and a reused block costs a
+ * fast-path pop (larson-live: nine mallocs in ten are such pops; through
+ * the slow path each cost 38 instructions instead of 12, callgrind).
+ *
+ * Invariants, all the owner thread's (only it writes h->reuse):
+ * - a list holds blocks of one segment, so that the first word of each
+ *   decodes to an address in its own segment (or to NULL, the last):
+ *   lull_block_looks_free() is true for it, and a second free of it, by
+ *   anyone, takes the checked path; its second word names the heap that
+ *   keeps it (lull_reuse_mark), whose list the check walks
+ *   (src/alloc.c) before it aborts naming the block;
+ * - its span descriptor's `used` is minus the count (a fast-path pop adds
+ *   one, a keep takes one off); at most LULL_REUSE_MAX_BLOCKS a class and
  *   LULL_REUSE_MAX_BYTES a heap (what an idle thread can hold, besides its
- *   outbox); lull_reuse_flush sends every block home (a thread's collect
- *   and exit).
+ *   outbox), and only blocks of spans on the heap's node when the list
+ *   took its first block (placement stays NUMA-local; a thread that moves
+ *   to another node keeps the old node's blocks until the list empties);
+ * - direct[] of class c leads to h->reuse[c] only while reuse_direct[c];
+ *   the slow path points it back when the list runs dry under it;
+ * - lull_reuse_flush sends every block home (a thread's collect and exit).
+ * A block popped by the fast path keeps its second word: a later free of
+ * it that looks free finds the old keeper's list without it, and goes on.
  * Off while the heap profile is on: its windows own direct[]. */
 #ifndef LULL_REUSE_H
 #define LULL_REUSE_H
@@ -36,39 +47,119 @@
 /* LULL_REUSE_MAX_BYTES; the tests of messages set 0 (no reuse) */
 extern uint32_t lull_reuse_max_bytes;
 
-/* direct[] of class c pointed at the waiting span (away) or back at
+/* direct[] of class c pointed at the class's list (away) or back at
  * current[c]; out of line: up to 16 stores */
 void lull_reuse_point_away(lull_heap *h, unsigned c);
 void lull_reuse_point_back(lull_heap *h, unsigned c);
+/* lull_reuse_point_back, returning b: the pop of the list's last block
+ * tail-calls it, so that the pop needs no frame */
+lull_block *lull_reuse_point_back_with(lull_heap *h, unsigned c, lull_block *b);
 
-/* Keep block b (of `span`, owned by another heap) for h's own mallocs;
- * false if it does not fit (then it goes out in a message). h is a real
- * heap and the block at least 16 bytes. Inline: with the free path's own
- * call, a remote free was 46 instructions of frame and checks (callgrind,
- * larson-live). */
-static inline bool lull_reuse_put(lull_heap *h, lull_block *b, const lull_span *span) {
-    unsigned c = span->size_class;
-    uint32_t bs = span->block_size;
-    if (h->profile || h->reuse_count[c] >= LULL_REUSE_MAX_BLOCKS ||
-        h->reuse_bytes + bs > lull_reuse_max_bytes || lull_segment_of(b)->node != h->node)
-        return false;
-    lull_message_link(b, h->reuse[c]);
-    h->reuse[c] = b;
-    h->reuse_bytes += bs;
-    if (++h->reuse_count[c] == LULL_REUSE_BATCH) lull_reuse_point_away(h, c);
-    return true;
+/* The count of a list that takes no block: the empty heap's (every thread's
+ * heap until its first malloc), the 8-byte class's (no room for the
+ * mark), and every list while the heap profile is on. It reads as full,
+ * so that the free path's bound check answers all three. */
+#define LULL_REUSE_CLOSED (0u - LULL_REUSE_MAX_BLOCKS)
+
+/* The lists of a new heap, and after a flush: empty, closed as above. */
+void lull_reuse_reset(lull_heap *h);
+
+/* Blocks on class c's list. */
+static inline uint32_t lull_reuse_count(const lull_heap *h, unsigned c) {
+    return h->reuse[c].used == LULL_REUSE_CLOSED && !h->reuse[c].free ? 0 : 0u - h->reuse[c].used;
 }
 
-/* A block of class c from h's list (which must hold one), handed out
- * (counted, its mark cleared). */
-static inline lull_block *lull_reuse_take(lull_heap *h, unsigned c) {
-    lull_block *b = h->reuse[c];
-    h->reuse[c] = lull_message_next(b);
-    h->reuse_count[c]--;
+/* The second word of a kept block: the heap that keeps it. */
+static inline void lull_reuse_mark(lull_block *b, const lull_heap *keeper) {
+    (&b->next_encoded)[1] = (uintptr_t)keeper ^ ((uintptr_t)b >> 12);
+}
+
+/* The heap bound was reached by the count that pops do not lower: count
+ * the lists' bytes again; true if bs more fit. It reads the lists that
+ * took blocks since it last found them empty (reuse_listed): reading all
+ * 112, a line each, was most of larson-live's added L1 misses (callgrind
+ * --cache-sim). A count that finds the lists full waits
+ * LULL_REUSE_RECOUNT_WAIT frees past the bound before the next (in
+ * bench_throughput --mode larson, whose lists stay near the bound,
+ * counting at every such free cost 4 % of the instructions). */
+#define LULL_REUSE_RECOUNT_WAIT 32
+bool lull_reuse_recount_fits(lull_heap *h, uint32_t bs);
+
+/* Does the list of the span's class hold its bound (or is it closed)? Then
+ * a block of the class goes out in a message: asked first, so that a
+ * thread that only frees (its lists full) goes there without a look at
+ * the second list (bench_throughput prodcons: 10 % more instructions). */
+static inline bool lull_reuse_full(const lull_heap *h, const lull_span *span) {
+    return (int32_t)h->reuse[span->size_class].used <= -LULL_REUSE_MAX_BLOCKS;
+}
+
+/* May block b (of `span`, owned by another heap) be kept on its class's
+ * list (not full), the heap's byte bound aside (lull_reuse_bytes_fit)? If
+ * not, it may go on the second list, or out in a message. h may be the
+ * empty heap (closed: full), b of any small class.
+ * Inline, as lull_reuse_put: with the free path's own call, a remote free
+ * was 46 instructions of frame and checks (callgrind, larson-live). */
+static inline bool lull_reuse_fits(const lull_heap *h, const lull_block *b, const lull_span *span) {
+    const lull_span *list = &h->reuse[span->size_class];
+    /* a list's blocks are of one segment, which was on the heap's node when
+     * the list took its first: the node is looked at only then (a load of
+     * the segment's header fewer) */
+    if (list->free) return (((uintptr_t)list->free ^ (uintptr_t)b) >> LULL_SEGMENT_SHIFT) == 0;
+    return lull_segment_of(b)->node == h->node;
+}
+
+/* The byte bound, by the count that may be high (then
+ * lull_reuse_recount_fits says). */
+static inline bool lull_reuse_bytes_fit(const lull_heap *h, const lull_span *span) {
+    return h->reuse_bytes + span->block_size <= lull_reuse_max_bytes;
+}
+
+/* Keep b (lull_reuse_fits said it may be); true when the class's direct[]
+ * slots are due to lead to its list now (the caller tail-calls
+ * lull_reuse_point_away, so that the free needs no frame). */
+static inline bool lull_reuse_put(lull_heap *h, lull_block *b, const lull_span *span) {
+    unsigned c = span->size_class;
+    lull_span *list = &h->reuse[c];
+    if (!list->free) h->reuse_listed[c / 64] |= (uint64_t)1 << (c % 64);
+    lull_block_set_next(b, list->free);
+    lull_reuse_mark(b, h);
+    list->free = b;
+    h->reuse_bytes += span->block_size;
+    return --list->used == 0u - LULL_REUSE_BATCH;
+}
+
+/* A block lull_reuse_fits refused for its segment alone (its class's list
+ * holds another segment's blocks): kept on the class's second list,
+ * linked and marked as in a message (lull_block_in_message: a second free
+ * aborts as for a block in a message), popped by the slow path when the
+ * first list is empty, within the same bounds. Without it, bench_footprint
+ * pool_larson (blocks of two segments) peaked at 60-63 MiB instead of
+ * 42-44: the refused blocks went home to a thread that waits in
+ * pthread_join. Out of line: the free's slow path. */
+bool lull_reuse_put_other(lull_heap *h, lull_block *b, const lull_span *span);
+
+static inline lull_block *lull_reuse_take_other(lull_heap *h, unsigned c) {
+    lull_block *b = h->reuse_other[c];
+    h->reuse_other[c] = lull_message_next(b);
+    h->reuse_other_count[c]--;
     h->reuse_bytes -= lull_classes[c].block_size;
-    if (!h->reuse[c] && h->reuse_direct[c]) lull_reuse_point_back(h, c);
     b->next_encoded = 0; /* its mark: its free would take it for a second one */
     h->allocs++;
+    return b;
+}
+
+/* A block of class c from h's list (which must hold one), handed out by
+ * the slow path (counted, its link cleared). */
+static inline lull_block *lull_reuse_take(lull_heap *h, unsigned c) {
+    lull_span *list = &h->reuse[c];
+    lull_block *b = list->free;
+    lull_block *next = lull_block_next(b);
+    list->free = next;
+    list->used++;
+    h->reuse_bytes -= lull_classes[c].block_size;
+    b->next_encoded = 0; /* see lull_malloc_inline */
+    h->allocs++;
+    if (!next && h->reuse_direct[c]) return lull_reuse_point_back_with(h, c, b);
     return b;
 }
 

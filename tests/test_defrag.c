@@ -422,7 +422,7 @@ Test(defrag, a_block_of_another_heap_moves_into_the_callers) {
     /* the old block goes home, not onto the mover's reuse list
      * (src/reuse.h), from which its next malloc would take it back into
      * the sparse span */
-    cr_assert_null(lull_tl_heap->reuse[lull_class_of(SIZE)], "the mover kept the old block");
+    cr_assert_null(lull_tl_heap->reuse[lull_class_of(SIZE)].free, "the mover kept the old block");
     pthread_barrier_wait(&h.moved);
     lull_thread_collect(); /* sends the remote free */
     pthread_barrier_wait(&h.sent);

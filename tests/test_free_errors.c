@@ -480,6 +480,153 @@ Test(free_errors, double_free_by_the_owner_of_a_block_another_thread_keeps, .ini
     lull_free(g_kept);
 }
 
+/* ---- double frees of blocks on a reuse list (src/reuse.h) ------------------
+ * A thread with a heap keeps the other heap's blocks it frees on its reuse
+ * list, linked as a span's free list; the second free of such a block, by
+ * the keeper, the owner or a third thread, must abort naming it. */
+
+static void *keep_g_kept_and_hold(void *unused) {
+    (void)unused;
+    lull_free(lull_malloc(8)); /* a heap of its own: the free is kept */
+    lull_free(g_kept);
+    atomic_store(&g_remote_done, 1);
+    for (;;)
+        pause(); /* holds its reuse list */
+    return NULL;
+}
+
+static void *keep_g_kept_and_free_again(void *unused) {
+    (void)unused;
+    lull_free(lull_malloc(8));
+    lull_free(g_kept);
+    lull_free(g_kept);
+    atomic_store(&g_remote_done, 1);
+    return NULL;
+}
+
+static void keeper_frees_twice(void *unused) {
+    (void)unused;
+    start_freeing_thread(keep_g_kept_and_free_again);
+}
+
+static void owner_frees_a_kept_block(void *unused) {
+    (void)unused;
+    start_freeing_thread(keep_g_kept_and_hold);
+    lull_free(g_kept);
+}
+
+static void *free_g_kept_once(void *unused) {
+    (void)unused;
+    lull_free(g_kept);
+    return NULL;
+}
+
+static void third_thread_frees_a_kept_block(void *unused) {
+    (void)unused;
+    start_freeing_thread(keep_g_kept_and_hold);
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_g_kept_once, NULL) != 0) _exit(5);
+    pthread_join(t, NULL);
+}
+
+static void expect_kept_double_free(void (*child)(void *), const char *problem) {
+    g_kept = lull_malloc(100);
+    lull_free(lull_malloc(100)); /* not the only block of its span */
+    child_result r;
+    run_in_child(child, NULL, &r);
+    expect_abort(&r, g_kept, "double free");
+    cr_assert_not_null(strstr(r.err, problem), "stderr: '%s'", r.err);
+    lull_free(g_kept);
+}
+
+Test(free_errors, double_free_of_a_kept_block_by_its_keeper, .init = warm) {
+    expect_kept_double_free(keeper_frees_twice, "other threads");
+}
+
+Test(free_errors, double_free_of_a_kept_block_by_its_owner, .init = warm) {
+    expect_kept_double_free(owner_frees_a_kept_block, "then by its owner");
+}
+
+Test(free_errors, double_free_of_a_kept_block_by_a_third_thread, .init = warm) {
+    expect_kept_double_free(third_thread_frees_a_kept_block, "other threads");
+}
+
+/* A block of another segment than its class's list is kept on the second
+ * list (marked as in a message): freed again by its keeper, it aborts. */
+#define BIG_BLOCK 16384
+#define BIG_MAX 4096 /* 64 MiB: two segments' worth at the most */
+static void *g_first_segment;
+
+static void *keep_two_segments_and_free_again(void *unused) {
+    (void)unused;
+    lull_free(lull_malloc(8));
+    lull_free(g_first_segment);
+    lull_free(g_kept); /* the other segment's: the second list */
+    lull_free(g_kept);
+    atomic_store(&g_remote_done, 1);
+    return NULL;
+}
+
+static void keeper_frees_a_second_list_block_twice(void *unused) {
+    (void)unused;
+    start_freeing_thread(keep_two_segments_and_free_again);
+}
+
+Test(free_errors, double_free_of_a_block_on_the_second_reuse_list, .init = warm) {
+    static void *big[BIG_MAX];
+    unsigned n = 0;
+    g_kept = NULL;
+    while (n < BIG_MAX && !g_kept) {
+        big[n] = lull_malloc(BIG_BLOCK);
+        cr_assert_not_null(big[n]);
+        if (lull_segment_of(big[n]) != lull_segment_of(big[0])) g_kept = big[n];
+        n++;
+    }
+    cr_assert_not_null(g_kept, "no second segment after %u blocks", n);
+    g_first_segment = big[0];
+    child_result r;
+    run_in_child(keeper_frees_a_second_list_block_twice, NULL, &r);
+    expect_abort(&r, g_kept, "double free");
+    cr_assert_not_null(strstr(r.err, "other threads"), "stderr: '%s'", r.err);
+    for (unsigned i = 0; i < n; i++)
+        lull_free(big[i]);
+}
+
+/* A kept block that malloc's fast path handed out again keeps its keeper's
+ * name in its second word. A live block whose first word its user set to
+ * what looks like a free-list link (so that its free takes the checked
+ * path) must still be freed, not reported: the check finds it on no list. */
+static void *g_reused;
+
+static void *keep_pop_and_free(void *arg) {
+    void **blocks = arg;
+    lull_free(lull_malloc(8));
+    for (unsigned i = 0; i < 8; i++)
+        lull_free(blocks[i]);        /* kept: direct[] leads to the list */
+    uintptr_t *b = lull_malloc(100); /* popped by the fast path: the last kept */
+    g_reused = b;
+    b[0] = (uintptr_t)b ^ ((uintptr_t)b >> 12); /* decodes to b: looks free */
+    lull_free(b);
+    lull_thread_collect(); /* the rest go home too */
+    return NULL;
+}
+
+Test(free_errors, a_reused_block_that_looks_free_is_freed_not_reported, .init = warm) {
+    void *blocks[8];
+    for (unsigned i = 0; i < 8; i++)
+        blocks[i] = lull_malloc(100);
+    lull_span *span = lull_span_of(lull_segment_of(blocks[0]), blocks[0]);
+    for (unsigned i = 1; i < 8; i++)
+        cr_assert_eq(lull_span_of(lull_segment_of(blocks[i]), blocks[i]), span);
+    uint32_t used = lull_span_used(span);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, keep_pop_and_free, blocks), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(g_reused, blocks[7], "not the last kept block");
+    lull_thread_collect(); /* the owner applies what came home */
+    cr_assert_eq(lull_span_used(span), used - 8, "every block came home once");
+}
+
 /* ---- configuration errors ----------------------------------------------- */
 
 /* Run fn with stderr going to a pipe in this process; return the text. */

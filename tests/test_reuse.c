@@ -108,7 +108,7 @@ static void *free_all_and_look(void *arg) {
     for (unsigned i = 0; i < n_owned; i++)
         lull_free(owned[i]);
     lull_heap *h = lull_tl_heap;
-    kept_count = h->reuse_count[class_of_size];
+    kept_count = lull_reuse_count(h, class_of_size);
     kept_bytes = h->reuse_bytes;
     return NULL;
 }
@@ -160,7 +160,8 @@ Test(reuse, a_collect_sends_the_kept_blocks_to_their_owner) {
 
 /* ---- the direct table ----------------------------------------------------- */
 
-static bool direct_before_batch, direct_waiting, direct_back;
+static bool direct_before_batch, direct_waiting, direct_dry, direct_back;
+static void *after_dry;
 
 static void *look_at_direct(void *arg) {
     (void)arg;
@@ -171,26 +172,33 @@ static void *look_at_direct(void *arg) {
         lull_free(owned[i]);
     direct_before_batch = h->direct[w] == h->current[c];
     lull_free(owned[LULL_REUSE_BATCH - 1]);
-    direct_waiting = h->direct[w] != h->current[c] && h->direct[w]->free == NULL;
+    direct_waiting = h->direct[w] == &h->reuse[c];
     for (unsigned i = 0; i < LULL_REUSE_BATCH; i++)
-        got[i] = lull_malloc(SIZE);
+        got[i] = lull_malloc(SIZE); /* malloc's fast path pops them */
+    direct_dry = h->direct[w] == &h->reuse[c] && !h->reuse[c].free;
+    after_dry = lull_malloc(SIZE); /* the slow path: back to the span */
     direct_back = h->direct[w] == h->current[c];
+    lull_free(after_dry);
     for (unsigned i = 0; i < LULL_REUSE_BATCH; i++)
         lull_free(got[i]);
     lull_thread_collect();
     return NULL;
 }
 
-/* direct[] leads to the current span until a batch waits, then away from
- * it (every malloc of the class pops the list), and back after the last */
-Test(reuse, malloc_takes_the_slow_path_only_while_a_batch_waits) {
+/* direct[] leads to the current span until a batch waits, then to the
+ * class's list (malloc's fast path pops it), and back to the span at the
+ * first malloc after the last */
+Test(reuse, malloc_pops_the_list_once_a_batch_waits) {
     allocate_owned(LULL_REUSE_BATCH, SIZE);
     run_thread(look_at_direct);
     cr_assert(direct_before_batch, "direct[] pointed away before a batch waited");
-    cr_assert(direct_waiting, "direct[] still led to the current span with a batch kept");
+    cr_assert(direct_waiting, "direct[] did not lead to the list with a batch kept");
+    cr_assert(direct_dry, "direct[] left the list before a malloc found it dry");
     cr_assert(direct_back, "direct[] did not lead to the current span again");
     for (unsigned i = 0; i < LULL_REUSE_BATCH; i++)
         cr_assert_eq(got[i], owned[LULL_REUSE_BATCH - 1 - i]);
+    for (unsigned i = 0; i < LULL_REUSE_BATCH; i++)
+        cr_assert_neq(after_dry, owned[i], "a block handed out twice");
 }
 
 /* ---- fewer than a batch wait for the class's span to run dry --------------- */
@@ -219,4 +227,56 @@ Test(reuse, a_single_kept_block_is_taken_when_the_span_runs_dry) {
     cr_log_info("%u blocks of its own span first", taken_before_dry);
     cr_assert_lt(taken_before_dry, 64, "the kept block was never handed out");
     cr_assert_gt(taken_before_dry, 0, "the kept block came before the span's own");
+}
+
+/* ---- a block of another segment goes on the class's second list ----------- */
+
+#define BIG_BLOCK 16384
+#define BIG_MAX 4096 /* 64 MiB: two segments' worth at the most */
+
+static void *big[BIG_MAX];
+static unsigned n_big;
+static void *two_segments[2];
+static unsigned kept_first, kept_other;
+static void *got_two[2];
+
+/* Blocks of BIG_BLOCK until one lies in another segment than the first. */
+static void allocate_in_two_segments(void) {
+    n_big = 0;
+    two_segments[1] = NULL;
+    while (n_big < BIG_MAX && !two_segments[1]) {
+        big[n_big] = lull_malloc(BIG_BLOCK);
+        cr_assert_not_null(big[n_big]);
+        if (lull_segment_of(big[n_big]) != lull_segment_of(big[0])) two_segments[1] = big[n_big];
+        n_big++;
+    }
+    two_segments[0] = big[0];
+    cr_assert_not_null(two_segments[1], "no second segment after %u blocks", n_big);
+}
+
+static void *keep_two_segments(void *arg) {
+    (void)arg;
+    lull_free(lull_malloc(8));
+    unsigned c = lull_class_of(BIG_BLOCK);
+    lull_free(two_segments[0]);
+    lull_free(two_segments[1]);
+    kept_first = lull_reuse_count(lull_tl_heap, c);
+    kept_other = lull_tl_heap->reuse_other_count[c];
+    got_two[0] = lull_malloc(BIG_BLOCK);
+    got_two[1] = lull_malloc(BIG_BLOCK);
+    lull_free(got_two[0]);
+    lull_free(got_two[1]);
+    return NULL;
+}
+
+Test(reuse, a_block_of_another_segment_is_kept_on_the_second_list) {
+    allocate_in_two_segments();
+    run_thread(keep_two_segments);
+    cr_assert_eq(kept_first, 1);
+    cr_assert_eq(kept_other, 1, "the other segment's block was not kept");
+    cr_assert_eq(got_two[0], two_segments[0]);
+    cr_assert_eq(got_two[1], two_segments[1]);
+    lull_thread_collect();
+    for (unsigned i = 1; i < n_big; i++)
+        if (big[i] != two_segments[1]) lull_free(big[i]);
 }
