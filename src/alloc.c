@@ -2,6 +2,7 @@
  * taking spans from the arena, large and huge blocks, remote frees, and
  * the checks that turn an invalid or double free into a clear abort. */
 #include "src/alloc.h"
+#include "src/entry_text.h"
 #include "numa/arena.h"
 #include "base/config.h"
 #include "numa/home_arena.h"
@@ -263,8 +264,12 @@ __attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, s
     return p;
 }
 
-/* Everything lull_malloc_slow's common case leaves. */
-__attribute__((noinline)) static void *malloc_slower(size_t size) {
+/* Everything lull_malloc_slow's common case leaves. In the entry section
+ * (src/entry_text.h), with lull_malloc_slow: where the compiler makes no
+ * tail call of it (the sanitizer builds), lull_malloc_slow's frame is above
+ * the profile's boundary, which alloc_zeroable sets, and the heap profile
+ * named it as the allocating function (test_heap_profile under ASan). */
+LULL_ENTRY_TEXT __attribute__((noinline)) static void *malloc_slower(size_t size) {
     bool zeroed;
     if (size > LULL_MAX_ALLOC) {
         errno = ENOMEM;
@@ -277,7 +282,7 @@ __attribute__((noinline)) static void *malloc_slower(size_t size) {
  * heap is set up (the empty heap's lists are empty). Without a frame: the
  * rest of the slow path saves four registers. A list that direct[] led to
  * and that ran dry: direct[] leads back to the class's span. */
-void *lull_malloc_slow(size_t size) {
+LULL_ENTRY_TEXT void *lull_malloc_slow(size_t size) {
     if (__builtin_expect(size <= 1024, 1)) {
         lull_heap *h = lull_tl_heap;
         unsigned c = lull_small_class_of[(size + 7) >> 3];
