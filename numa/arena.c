@@ -525,9 +525,8 @@ size_t lull_arena_count_slices(lull_arena *a, int which) {
     return n;
 }
 
-unsigned lull_arena_populate_metadata(lull_arena *a) {
+void lull_arena_populate_metadata(lull_arena *a) {
     static _Atomic bool unsupported;
-    unsigned done = 0;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s;
          s = s->next) {
         if (atomic_load_explicit(&s->meta_populated, memory_order_relaxed)) break;
@@ -535,12 +534,9 @@ unsigned lull_arena_populate_metadata(lull_arena *a) {
             int err = lull_os_populate(s, LULL_PAGES_OF(LULL_META_END));
             if (err == EINVAL || err == ENOSYS)
                 atomic_store_explicit(&unsupported, true, memory_order_relaxed);
-            else if (!err)
-                done++;
         }
         atomic_store_explicit(&s->meta_populated, 1, memory_order_relaxed);
     }
-    return done;
 }
 
 bool lull_arena_add_spare_segment(lull_arena *a) {

@@ -103,10 +103,9 @@ bool lull_arena_add_spare_segment(lull_arena *a);
  * last call made resident (MADV_POPULATE_WRITE), so that request threads
  * take no page fault in it, which would wait for whoever holds the mmap
  * lock (a huge-page collapse, an munmap). The segments' list is newest
- * first: the walk stops at the first segment done. Returns how many it
- * did. Without MADV_POPULATE_WRITE (before Linux 5.14) the pages fault in
- * as they are first written, as they always did. */
-unsigned lull_arena_populate_metadata(lull_arena *a);
+ * first: the walk stops at the first segment done. Without MADV_POPULATE_WRITE (before Linux 5.14)
+ * the pages fault in as they are first written, as they always did. */
+void lull_arena_populate_metadata(lull_arena *a);
 /* After fork in the child: no reclaim thread survived, so any PURGING
  * slice goes back to FREE_DIRTY. The reclaim thread's claim..finish steps
  * hold a lock fork's prepare handler takes (reclaim/reclaim_thread.c), so
