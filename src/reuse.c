@@ -85,21 +85,24 @@ void lull_reuse_reset(lull_heap *h) {
     h->reuse_bytes = 0;
 }
 
+/* A kept block into the outbox, to its span's owner. */
+static void send_home(lull_heap *h, lull_block *b) {
+    lull_span *span = lull_span_of(lull_segment_of(b), b);
+    lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
+    lull_outbox_put(h, owner, b, span->block_size);
+}
+
 void lull_reuse_flush(lull_heap *h) {
     if (!h->reuse_bytes) return;
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
-        lull_span *list = &h->reuse[c];
-        for (lull_block *b = list->free, *next; b; b = next) {
-            next = lull_block_next(b); /* before the outbox links it its way */
-            lull_span *span = lull_span_of(lull_segment_of(b), b);
-            lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
-            lull_outbox_put(h, owner, b, span->block_size);
+        /* each next link read before the outbox links the block its way */
+        for (lull_block *b = h->reuse[c].free, *next; b; b = next) {
+            next = lull_block_next(b);
+            send_home(h, b);
         }
         for (lull_block *b = h->reuse_other[c], *next; b; b = next) {
             next = lull_message_next(b);
-            lull_span *span = lull_span_of(lull_segment_of(b), b);
-            lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
-            lull_outbox_put(h, owner, b, span->block_size);
+            send_home(h, b);
         }
         if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
     }
