@@ -88,6 +88,33 @@ Test(free_errors, free_of_a_global_address, .init = warm) {
     expect_abort(&r, &a_global[8], "invalid pointer");
 }
 
+/* The segment map covers the 47-bit user address space; a pointer above it
+ * (a kernel address, a corrupted one) is reported, not looked up. */
+Test(free_errors, free_of_an_address_above_the_user_address_space, .init = warm) {
+    void *const addresses[] = {(void *)0xffff888000001000u, (void *)((uintptr_t)1 << 47),
+                               (void *)0x8000000000000040u};
+    for (size_t k = 0; k < sizeof addresses / sizeof addresses[0]; k++) {
+        child_result r;
+        run_in_child(do_free, addresses[k], &r);
+        expect_abort(&r, addresses[k], "not allocated by lull");
+    }
+}
+
+static void do_free_sized_64(void *p) {
+    lull_free_sized(p, 64);
+}
+
+/* Where lull has no segment, free() finds the segment map's stand-in,
+ * whose span has no owner and no class: a sized free of a foreign pointer
+ * is reported as free()'s is, and one of NULL does nothing. */
+Test(free_errors, sized_free_of_a_foreign_pointer, .init = warm) {
+    child_result r;
+    run_in_child(do_free_sized_64, &a_global[16], &r);
+    expect_abort(&r, &a_global[16], "invalid pointer");
+    lull_free_sized(NULL, 64);
+    lull_free(NULL);
+}
+
 static void do_usable(void *p) {
     (void)lull_usable_size(p);
 }
