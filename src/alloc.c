@@ -450,10 +450,6 @@ static void remote_free(lull_block *b, lull_span *span, lull_heap *owner) {
  * checks' slow ends and the errors. */
 __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, lull_heap *h) {
     lull_segment *seg = lull_segment_of(p);
-    if (!lull_segment_map_has((uintptr_t)seg)) { /* span is the map's stand-in's */
-        lull_free_not_segment(p);                /* NULL, an aligned huge block, not lull's */
-        return;
-    }
     if (seg->magic == LULL_HUGE_MAGIC) {
         atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
         if (lull_profile_interval_now()) lull_profile_forget(p); /* if sampled */

@@ -73,17 +73,15 @@ __attribute__((always_inline)) static inline void *lull_malloc_inline(size_t siz
  * `sized` at run time, for free() too. */
 __attribute__((always_inline)) static inline void lull_free_any(void *p, bool sized,
                                                                 const char *who, size_t size) {
-    if (__builtin_expect(!lull_segment_map_covers(p), 0)) {
+    lull_segment *seg = lull_segment_of(p);
+    if (__builtin_expect(!lull_segment_map_has((uintptr_t)seg), 0)) {
         if (sized)
             lull_free_sized_slow(who, p, size);
         else
-            lull_free_not_segment(p); /* not lull's */
+            lull_free_not_segment(p); /* NULL, huge, or not lull's */
         return;
     }
-    /* where lull has no segment (NULL, an aligned huge block, a pointer
-     * not lull's) the stand-in's span, which has no owner: it takes
-     * lull_free_other (or, sized, the class compare's way out) */
-    lull_span *span = lull_span_of(lull_segment_or_stand_in(p), p);
+    lull_span *span = lull_span_of(seg, p);
     if (sized && __builtin_expect(span->size_class != lull_small_class_of[(size + 7) >> 3], 0)) {
         lull_free_sized_slow(who, p, size);
         return;

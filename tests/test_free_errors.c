@@ -104,9 +104,9 @@ static void do_free_sized_64(void *p) {
     lull_free_sized(p, 64);
 }
 
-/* Where lull has no segment, free() finds the segment map's stand-in,
- * whose span has no owner and no class: a sized free of a foreign pointer
- * is reported as free()'s is, and one of NULL does nothing. */
+/* A sized free of a foreign pointer is reported as free()'s is (the
+ * sized path has its own way out of the segment map check), and one of
+ * NULL does nothing. */
 Test(free_errors, sized_free_of_a_foreign_pointer, .init = warm) {
     child_result r;
     run_in_child(do_free_sized_64, &a_global[16], &r);
