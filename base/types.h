@@ -231,6 +231,7 @@ typedef struct lull_huge {
 /* A span queue: doubly linked, head is where malloc looks first. */
 typedef struct lull_span_queue {
     lull_span *head, *tail;
+    uint32_t count; /* spans on it */
 } lull_span_queue;
 
 #define LULL_CLASSES 112

@@ -87,32 +87,59 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     return s;
 }
 
-/* Find a span of class c with a free block and make it current. */
+/* Can malloc take a block of s (a span of the class's queue) now? Its
+ * remote frees, parked pages and uncarved blocks are brought in first. If
+ * not, it is full: it waits on the heap's full list for a free. */
+static bool refill_from(lull_heap *h, lull_span_queue *q, lull_span *s) {
+    if (!s->free) lull_span_collect(s);
+    /* its parked pages before new ones: what is still resident costs no
+     * fault, and the span's footprint does not grow; a parking span
+     * carves nothing (the next carve's page never parks, but its blocks
+     * would be on no bitmap) */
+    if (!s->free) lull_span_unpark(s, true);
+    if (!s->free && !s->parking && s->carved < s->capacity) lull_span_extend(s);
+    if (s->free) return true;
+    lull_heap_queue_remove(q, s);
+    lull_span_set_in_full(s, true);
+    lull_span_park_arm(s);
+    lull_heap_queue_push_front(&h->full, s);
+    return false;
+}
+
+/* A span with fewer blocks free than REFILL_ENOUGH gives malloc too few to
+ * pay for its refill, in a class with REFILL_BACK_SPANS spans or more
+ * queued (a large heap, whose descriptors are cold) */
+#define REFILL_ENOUGH 4
+#define REFILL_BACK_SPANS 8
+
+/* From the front: the span a free made non-full last, whose block is still
+ * in the cache, and which packs the live blocks into the fullest spans
+ * (the emptier ones drain, park their pages and go back). But in a large
+ * class a span with fewer than REFILL_ENOUGH blocks free has malloc back
+ * here at once: then the back span is taken (the one that came free
+ * longest ago, with the most time to gather frees). Front only, a large heap whose
+ * spans are nearly full refilled at almost every malloc, one block a span:
+ * bench_throughput st with 300,000 live blocks took 118 ns an operation
+ * where mimalloc takes 37. Makes a span of class c with a free block
+ * current, or takes a new one. */
 lull_span *lull_class_refill(lull_heap *h, unsigned c) {
     lull_heap_collect_remote(h);
     lull_span_queue *q = &h->queue[c];
     for (lull_span *s = q->head, *next; s; s = next) {
         next = s->next;
-        if (!s->free) lull_span_collect(s);
-        /* its parked pages before new ones: what is still resident costs
-         * no fault, and the span's footprint does not grow; a parking span
-         * carves nothing (the next carve's page never parks, but its blocks
-         * would be on no bitmap) */
-        if (!s->free) lull_span_unpark(s, true);
-        if (!s->free && !s->parking && s->carved < s->capacity) lull_span_extend(s);
-        if (s->free) {
-            if (s != q->head) {
-                lull_heap_queue_remove(q, s);
-                lull_heap_queue_push_front(q, s);
-            }
-            lull_heap_set_current(h, c, s);
-            return s;
+        if (!refill_from(h, q, s)) continue; /* full: on the full list now */
+        if (q->count >= REFILL_BACK_SPANS && s->capacity - lull_span_used(s) < REFILL_ENOUGH) {
+            /* the back's full spans go to the full list on the way */
+            while (q->tail != s && !refill_from(h, q, q->tail))
+                ;
+            s = q->tail;
         }
-        /* full: park it until a free comes back */
-        lull_heap_queue_remove(q, s);
-        lull_span_set_in_full(s, true);
-        lull_span_park_arm(s);
-        lull_heap_queue_push_front(&h->full, s);
+        if (s != q->head) {
+            lull_heap_queue_remove(q, s);
+            lull_heap_queue_push_front(q, s);
+        }
+        lull_heap_set_current(h, c, s);
+        return s;
     }
     lull_span *s = span_new(h, c);
     if (!s) {

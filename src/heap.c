@@ -156,6 +156,7 @@ void lull_heap_queue_remove(lull_span_queue *q, lull_span *span) {
     else
         q->tail = span->prev;
     span->next = span->prev = NULL;
+    q->count--;
 }
 
 void lull_heap_queue_push_front(lull_span_queue *q, lull_span *span) {
@@ -166,6 +167,7 @@ void lull_heap_queue_push_front(lull_span_queue *q, lull_span *span) {
     else
         q->tail = span;
     q->head = span;
+    q->count++;
 }
 
 static void update_current(lull_heap *h, unsigned c) {
