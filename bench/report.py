@@ -718,8 +718,10 @@ def plots(out, med):
         gp.append("set title 'Stalls on the request thread (median of runs; lower is better)'")
         gp.append(s)
     s = bars(out, med, "throughput",
-             ["st_mops", "mt_mops", "prodcons_mops", "larson_mops", "larson_live_mops", "larson_10_100_mops"],
-             ["1 thread", "2 threads", "producer/consumer", "larson", "larson-live", "larson 10-100 B"],
+             ["st_mops", "mt_mops", "st_live300000_mops", "mt_live300000_mops", "prodcons_mops",
+              "larson_mops", "larson_live_mops", "larson_10_100_mops"],
+             ["1 thread", "2 threads", "1 thread, 300k live", "2 threads, 300k live",
+              "producer/consumer", "larson", "larson-live", "larson 10-100 B"],
              "throughput",
              "million ops/s", False)
     if s:
