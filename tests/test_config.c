@@ -230,7 +230,7 @@ Test(config, a_bad_repeat_keeps_the_earlier_value_and_says_so, .timeout = 120) {
 
     const char *first[] = {"LULL_CONF=purge_delay_ms=oops", NULL};
     probe("bad value, nothing before", first, &cr);
-    cr_assert_eq(reexec_field(&cr, "delay"), -2);
+    cr_assert_eq((int64_t)reexec_field(&cr, "delay"), -2);
     assert_contains(cr.err, "using the default (auto)");
 
     /* at run time: the value in force stays, and the message says so */
@@ -314,7 +314,7 @@ static void run_secure(child_run *cr) {
 Test(config, secure_mode_ignores_the_environment, .timeout = 120) {
     child_run cr;
     run_secure(&cr);
-    cr_assert_eq(reexec_field(&cr, "delay"), LULL_PURGE_DELAY_AUTO,
+    cr_assert_eq((int64_t)reexec_field(&cr, "delay"), LULL_PURGE_DELAY_AUTO,
                  "a secure-mode process took its purge delay from the environment");
     cr_assert_eq(reexec_field(&cr, "warm_mb"), 64);
     cr_assert_eq(lines_starting(cr.err, "lull:"), 0, "stderr: %s", cr.err);
