@@ -117,11 +117,11 @@ static bool refill_from(lull_heap *h, lull_span_queue *q, lull_span *s) {
  * (the emptier ones drain, park their pages and go back). But in a large
  * class a span with fewer than REFILL_ENOUGH blocks free has malloc back
  * here at once: then the back span is taken (the one that came free
- * longest ago, with the most time to gather frees). Front only, a large heap whose
- * spans are nearly full refilled at almost every malloc, one block a span:
- * bench_throughput st with 300,000 live blocks took 118 ns an operation
- * where mimalloc takes 37. Makes a span of class c with a free block
- * current, or takes a new one. */
+ * longest ago, with the most time to gather frees). Front only, a large
+ * heap of nearly full spans refilled at almost every malloc, one block a
+ * span: bench_throughput st with 300,000 live blocks took 101 ns an
+ * operation instead of 61 (docs/architecture.md). Makes a span of class c
+ * with a free block current, or takes a new one. */
 lull_span *lull_class_refill(lull_heap *h, unsigned c) {
     lull_heap_collect_remote(h);
     lull_span_queue *q = &h->queue[c];
