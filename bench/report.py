@@ -718,10 +718,12 @@ def plots(out, med):
         gp.append("set title 'Stalls on the request thread (median of runs; lower is better)'")
         gp.append(s)
     s = bars(out, med, "throughput",
-             ["st_mops", "mt_mops", "st_live300000_mops", "mt_live300000_mops", "prodcons_mops",
-              "larson_mops", "larson_live_mops", "larson_10_100_mops"],
+             ["st_mops", "mt_mops", "st_live300000_mops", "mt_live300000_mops",
+              "st_live300000_touch_mops", "prodcons_mops", "larson_mops", "larson_live_mops",
+              "larson_10_100_mops"],
              ["1 thread", "2 threads", "1 thread, 300k live", "2 threads, 300k live",
-              "producer/consumer", "larson", "larson-live", "larson 10-100 B"],
+              "300k live, read before free", "producer/consumer", "larson", "larson-live",
+              "larson 10-100 B"],
              "throughput",
              "million ops/s", False)
     if s:

@@ -217,9 +217,11 @@ for sc in "${selected[@]}"; do
         ;;
     throughput)
         # LABEL:ARGUMENTS of each bench_throughput run (the label names its log)
-        # (st-300k, mt-300k: a heap of 300,000 blocks, 55 MiB a thread, larger than the caches)
+        # (st-300k, mt-300k: a heap of 300,000 blocks, 55 MiB a thread, larger than the caches;
+        # st-300k-touch: each block read before its free, as a destructor would)
         truns=("st:--mode st" "mt:--mode mt" "st-300k:--mode st --live 300000"
-            "mt-300k:--mode mt --live 300000" "prodcons:--mode prodcons" "larson:--mode larson"
+            "mt-300k:--mode mt --live 300000" "st-300k-touch:--mode st --live 300000 --touch"
+            "prodcons:--mode prodcons" "larson:--mode larson"
             "larson-live:--mode larson-live" "larson-10-100:--mode larson --sizes 10-100")
         for ((r = 1; r <= runs; r++)); do
             for a in $(rotated $r); do

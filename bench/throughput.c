@@ -20,7 +20,9 @@
  *
  * st and mt keep --live blocks a thread (10,000: a heap that fits the
  * caches; the suite also runs 300,000, 55 MiB a thread, whose metrics are
- * named st_live300000_...).
+ * named st_live300000_...). With --touch (metrics ..._touch_...) each
+ * block's first word is read before its free, as a destructor or a
+ * reference count would: then the free's block is in the cache.
  *
  * st, mt and prodcons draw sizes of 16-1024 B skewed to small ones as in
  * servers: 40 % 16-64, 25 % 65-128, 20 % 129-256, 10 % 257-512, 5 % 513-1024.
@@ -84,6 +86,7 @@ struct config {
     uint64_t larson_passes; /* passes over its array a larson thread makes per hand-off */
     uint64_t threads;       /* larson: chains or threads */
     uint32_t min_size, max_size;
+    int touch; /* st, mt: read each block's first word before its free (--touch) */
 };
 
 static struct config cfg = {.ops = 10000000,
@@ -101,21 +104,27 @@ struct worker {
     uint64_t ops;
 };
 
+/* what --touch reads, so that the reads are not optimised away */
+static _Atomic uint64_t touch_sink;
+
 static void *replace_worker(void *arg) {
     struct worker *w = arg;
     uint64_t rng = w->seed;
     size_t n = cfg.live;
     void **slots = xmalloc(n * sizeof *slots);
+    uint64_t touched = 0;
     for (size_t i = 0; i < n; i++)
         slots[i] = xmalloc(pick_size(&rng));
     for (uint64_t i = 0; i < w->ops; i++) {
         size_t s = rng_next(&rng) % n;
+        if (cfg.touch) touched += *(volatile uint64_t *)slots[s];
         free(slots[s]);
         slots[s] = xmalloc(pick_size(&rng));
     }
     for (size_t i = 0; i < n; i++)
         free(slots[i]);
     free(slots);
+    atomic_fetch_add_explicit(&touch_sink, touched, memory_order_relaxed);
     return NULL;
 }
 
@@ -405,7 +414,8 @@ static double run_larson(int live_threads, double *cpu_ns_per_op, double *remote
 static void usage(void) {
     fprintf(stderr,
             "usage: throughput [--mode st|mt|prodcons|larson|larson-live] [--quick] [--ops N]\n"
-            "                  [--live N] [--threads N] [--larson-passes N] [--sizes MIN-MAX]\n");
+            "                  [--live N] [--threads N] [--larson-passes N] [--sizes MIN-MAX]\n"
+            "                  [--touch]\n");
     exit(2);
 }
 
@@ -415,6 +425,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (arg_flag(argv, i, "--quick")) {
             quick = 1;
+        } else if (arg_flag(argv, i, "--touch")) {
+            cfg.touch = 1;
         } else if (!arg_value(argc, argv, &i, "--mode", &mode) &&
                    !arg_value(argc, argv, &i, "--sizes", &sizes) &&
                    !arg_u64(argc, argv, &i, "--ops", &cfg.ops) &&
@@ -455,6 +467,7 @@ int main(int argc, char **argv) {
     if (!larson && cfg.live != 10000)
         snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "_live%llu",
                  (unsigned long long)cfg.live);
+    if (!larson && cfg.touch) snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "_touch");
     if (larson && cfg.larson_passes != 1)
         snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "_p%llu",
                  (unsigned long long)cfg.larson_passes);
