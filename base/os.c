@@ -1,9 +1,12 @@
 /* Memory from the kernel; see os.h. Segments are placed with
  * MAP_FIXED_NOREPLACE at consecutive 32 MiB boundaries of a region found at
  * start, so that no request thread ever has to trim a misaligned mapping
- * with munmap, and neighbouring segments merge into few VMAs. */
+ * with munmap, neighbouring segments merge into few VMAs, and they form the
+ * segment run that free() tests first (base/segment_map.h). Huge blocks
+ * are placed the same way in a region above it. */
 #include "base/os.h"
 #include "base/fault.h"
+#include "base/segment_map.h"
 #include "base/types.h"
 
 #include <errno.h>
@@ -18,6 +21,17 @@
 #endif
 
 static _Atomic uintptr_t next_segment_hint;
+/* Huge blocks have a region of their own, above the segments': placed
+ * among them, the first huge block would end the segment run
+ * (base/segment_map.h), and every later segment would be found through
+ * the map. */
+static _Atomic uintptr_t next_huge_hint;
+/* The huge blocks' region, [huge_lo, huge_hi): their hint starts over at
+ * huge_lo when it passes huge_hi. Hints never come back otherwise, and one
+ * past the address space's end fails with ENOMEM (a limit, to huge.c):
+ * the boundaries freed blocks left are there to be taken again (a live
+ * block's are refused, EEXIST, and the next are tried). */
+static uintptr_t huge_lo, huge_hi;
 /* Address space mapped only to align a segment (the fallback below): never
  * touched; counted by the statistics as purged. */
 _Atomic uint64_t lull_os_slack_bytes;
@@ -37,6 +51,7 @@ void lull_os_init(void) {
     size_t probe_len = 2 * LULL_SEGMENT_SIZE;
     void *p = mmap(NULL, probe_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     uintptr_t start = (uintptr_t)0x200000000000ULL; /* 32 TiB */
+    uintptr_t segments_room = (uintptr_t)1 << 39;   /* before the huge blocks' region */
     if (p != MAP_FAILED) {
         munmap(p, probe_len); /* start-up only, before any request thread exists */
 #if defined(__SANITIZE_THREAD__)
@@ -46,27 +61,45 @@ void lull_os_init(void) {
 #else
         uintptr_t tib = (uintptr_t)1 << 40;
 #endif
-        if ((uintptr_t)p > start + tib)
+        if ((uintptr_t)p > start + tib) {
             start = (uintptr_t)p - tib; /* under mmap_base */
-        else if ((uintptr_t)p < start)  /* a small address space (valgrind, 39-bit VA) */
+            segments_room = tib / 2;
+        } else if ((uintptr_t)p < start) { /* a small address space (valgrind, 39-bit VA) */
             start = (uintptr_t)p + ((uintptr_t)1 << 36);
+            segments_room = (uintptr_t)1 << 35;
+        } else {
+            segments_room = ((uintptr_t)p - start) / 2;
+        }
     }
-    uintptr_t expected = 0;
-    atomic_compare_exchange_strong(&next_segment_hint, &expected,
-                                   align_up(start, LULL_SEGMENT_SIZE));
+    uintptr_t expected = 0, first = align_up(start, LULL_SEGMENT_SIZE);
+    if (atomic_compare_exchange_strong(&next_segment_hint, &expected, first)) {
+        huge_lo = align_up(first + segments_room, LULL_SEGMENT_SIZE);
+        huge_hi = huge_lo + segments_room;
+        atomic_store(&next_huge_hint, huge_lo);
+        lull_segment_run_init(first);
+    }
 }
 
 static const int map_prot = PROT_READ | PROT_WRITE;
 static const int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
-/* len bytes at the next free 32 MiB boundaries of the segments' range,
- * which advances by `range`; at most `attempts` boundaries are tried. NULL
- * with errno EEXIST when they were taken (or an old kernel ignored
- * MAP_FIXED_NOREPLACE and placed the mapping off a boundary: that one is
- * never touched, never unmapped, and counted as slack), ENOMEM at a limit. */
-static void *map_at_next_boundary(size_t len, size_t range, int attempts) {
+/* len bytes at the next free 32 MiB boundaries of a range (the segments'
+ * or the huge blocks'), whose next hint advances by `range`; at most `attempts` boundaries are
+ * tried. NULL with errno EEXIST when they were taken (or an old kernel ignored MAP_FIXED_NOREPLACE
+ * and placed the mapping off a boundary: that one is never touched, never unmapped, and counted as
+ * slack), ENOMEM at a limit. */
+static void *map_at_next_boundary(_Atomic uintptr_t *next_hint, size_t len, size_t range,
+                                  int attempts) {
     for (int attempt = 0; attempt < attempts; attempt++) {
-        uintptr_t hint = atomic_fetch_add(&next_segment_hint, range);
+        uintptr_t hint = atomic_fetch_add(next_hint, range);
+        if (next_hint == &next_huge_hint && hint + len > huge_hi && huge_lo) {
+            /* past the region: start over (a thread that raced this one
+             * past it starts over too, and one of the two finds the first
+             * boundary taken) */
+            uintptr_t expected = hint + range;
+            atomic_compare_exchange_strong(next_hint, &expected, huge_lo + range);
+            hint = huge_lo;
+        }
         void *p = mmap((void *)hint, len, map_prot, map_flags | MAP_FIXED_NOREPLACE, -1, 0);
         if (p == (void *)hint) return p;
         if (p != MAP_FAILED) {
@@ -89,7 +122,7 @@ void *lull_os_segment_map(void) {
         errno = ENOMEM;
         return NULL;
     }
-    void *seg = map_at_next_boundary(LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16);
+    void *seg = map_at_next_boundary(&next_segment_hint, LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16);
     if (seg) return seg;
     /* The hinted region is taken or refused (valgrind keeps its own map of
      * the address space): let the kernel choose, twice the size, and use
@@ -106,6 +139,11 @@ void *lull_os_segment_map(void) {
     return (void *)aligned;
 }
 
+void lull_os_huge_region(uintptr_t *lo, uintptr_t *hi) {
+    *lo = huge_lo;
+    *hi = huge_hi;
+}
+
 void *lull_os_huge_map_aligned(size_t len) {
     if (lull_fault(LULL_FAULT_MMAP) || len > LULL_MAX_ALLOC + LULL_SEGMENT_SIZE) {
         errno = ENOMEM;
@@ -114,7 +152,7 @@ void *lull_os_huge_map_aligned(size_t len) {
     /* the boundaries up to the next one after the block stay unmapped: room
      * to grow in place (lull_huge_grow_in_place), and no address space or
      * commit charge */
-    return map_at_next_boundary(len, align_up(len, LULL_SEGMENT_SIZE), 4);
+    return map_at_next_boundary(&next_huge_hint, len, align_up(len, LULL_SEGMENT_SIZE), 4);
 }
 
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {

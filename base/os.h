@@ -5,20 +5,25 @@
 #define LULL_OS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Reserve the address range segments grow into; called once at start. */
 void lull_os_init(void);
 /* A new 32 MiB segment at a 32 MiB boundary, zeroed, or NULL (errno ENOMEM). */
 void *lull_os_segment_map(void);
 /* A mapping of exactly len bytes at a 32 MiB boundary, for a huge block
- * whose header starts it, placed like a segment (the next free boundaries
- * of the segments' range). NULL with errno EEXIST when that range has no
- * room (the caller then maps with slack), ENOMEM at a limit. */
+ * whose header starts it, placed as segments are but in a region of its
+ * own (the next free boundaries of the huge blocks' range, above the
+ * segments'). NULL with errno EEXIST when that range has no room (the
+ * caller then maps with slack), ENOMEM at a limit. */
 void *lull_os_huge_map_aligned(size_t len);
 /* A mapping of len bytes for a huge block (the caller places its aligned
  * header inside; the slack around it is address space only, never touched).
  * Returns the base, also through *base / *map_len; NULL with errno ENOMEM. */
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len);
+/* The huge blocks' region (its hint starts over at lo when it passes hi);
+ * for the tests. */
+void lull_os_huge_region(uintptr_t *lo, uintptr_t *hi);
 size_t lull_os_page_size(void);
 /* MADV_COLLAPSE of [addr, addr + len) into huge pages: 0 or the errno. The
  * reclaim thread's only (numa/thp.h): it may take milliseconds. */

@@ -74,6 +74,7 @@ static lull_segment *segment_create(lull_arena *a) {
     lull_slices_init_segment(s);
     s->next = atomic_load(&a->segments);
     lull_segment_map_set((uintptr_t)s, true);
+    lull_segment_run_grow(); /* before any of its blocks can be freed */
     atomic_store_explicit(&a->segments, s, memory_order_release);
     atomic_fetch_add(&a->segment_count, 1);
     return s;

@@ -74,7 +74,8 @@ __attribute__((always_inline)) static inline void *lull_malloc_inline(size_t siz
 __attribute__((always_inline)) static inline void lull_free_any(void *p, bool sized,
                                                                 const char *who, size_t size) {
     lull_segment *seg = lull_segment_of(p);
-    if (__builtin_expect(!lull_segment_map_has((uintptr_t)seg), 0)) {
+    /* the run first: most pointers are in it (base/segment_map.h) */
+    if (__builtin_expect(!lull_in_segment_run(p), 0) && !lull_segment_map_has((uintptr_t)seg)) {
         if (sized)
             lull_free_sized_slow(who, p, size);
         else

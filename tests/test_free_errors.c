@@ -34,20 +34,6 @@
 
 /* ---- running a bad operation in a child --------------------------------- */
 
-static void expect_abort(const child_result *r, const void *addr, const char *word) {
-    char where[32];
-    snprintf(where, sizeof where, "%p", addr);
-    if (WIFEXITED(r->status))
-        cr_assert_fail("the child returned from the bad operation (exit %d); stderr: '%s'",
-                       WEXITSTATUS(r->status), r->err);
-    cr_assert(WIFSIGNALED(r->status));
-    cr_assert_eq(WTERMSIG(r->status), SIGABRT, "killed by signal %d, not SIGABRT; stderr: '%s'",
-                 WTERMSIG(r->status), r->err);
-    cr_assert_not_null(strstr(r->err, "lull"), "stderr: '%s'", r->err);
-    cr_assert_not_null(strstr(r->err, where), "address %s not in '%s'", where, r->err);
-    cr_assert_not_null(strstr(r->err, word), "'%s' not in '%s'", word, r->err);
-}
-
 static unsigned count_lines_starting(const char *text, const char *prefix) {
     unsigned n = 0;
     size_t pl = strlen(prefix);

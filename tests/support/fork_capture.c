@@ -3,7 +3,9 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,4 +42,18 @@ void run_in_child(void (*fn)(void *), void *arg, child_result *r) {
     read_all_fd(fds[0], r->err, sizeof r->err, &r->err_len);
     close(fds[0]);
     cr_assert_eq(waitpid(pid, &r->status, 0), pid);
+}
+
+void expect_abort(const child_result *r, const void *addr, const char *word) {
+    char where[32];
+    snprintf(where, sizeof where, "%p", addr);
+    if (WIFEXITED(r->status))
+        cr_assert_fail("the child returned from the bad operation (exit %d); stderr: '%s'",
+                       WEXITSTATUS(r->status), r->err);
+    cr_assert(WIFSIGNALED(r->status));
+    cr_assert_eq(WTERMSIG(r->status), SIGABRT, "killed by signal %d, not SIGABRT; stderr: '%s'",
+                 WTERMSIG(r->status), r->err);
+    cr_assert_not_null(strstr(r->err, "lull"), "stderr: '%s'", r->err);
+    cr_assert_not_null(strstr(r->err, where), "address %s not in '%s'", where, r->err);
+    cr_assert_not_null(strstr(r->err, word), "'%s' not in '%s'", word, r->err);
 }

@@ -16,6 +16,9 @@ typedef struct {
  * the pipe already during fork, so what the child's fork handlers say is
  * the child's output too. */
 void run_in_child(void (*fn)(void *), void *arg, child_result *r);
+/* The child died of SIGABRT, and its stderr says "lull", the address as
+ * %p prints it, and `word`. */
+void expect_abort(const child_result *r, const void *addr, const char *word);
 /* Read fd to its end (at most cap - 1 bytes), NUL-terminated; *len read. */
 void read_all_fd(int fd, char *buf, size_t cap, size_t *len);
 
