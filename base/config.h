@@ -8,6 +8,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "base/hidden.h"
 #include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,7 +63,7 @@ typedef struct {
     lull_thp_mode thp;
 } lull_config_t;
 
-extern lull_config_t lull_config;
+extern LULL_HIDDEN lull_config_t lull_config;
 
 /* Load from the environment (once; later calls do nothing). */
 void lull_config_load(void);

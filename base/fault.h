@@ -5,6 +5,7 @@
 #ifndef LULL_FAULT_H
 #define LULL_FAULT_H
 
+#include "base/hidden.h"
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -24,7 +25,7 @@ typedef enum {
 } lull_fault_point;
 
 /* Count of calls still to fail at each point; -1 means fail forever. */
-extern _Atomic int lull_fault_armed[LULL_FAULT_COUNT];
+extern LULL_HIDDEN _Atomic int lull_fault_armed[LULL_FAULT_COUNT];
 
 static inline bool lull_fault(lull_fault_point p) {
     int n = atomic_load_explicit(&lull_fault_armed[p], memory_order_relaxed);

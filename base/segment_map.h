@@ -7,17 +7,18 @@
 #ifndef LULL_SEGMENT_MAP_H
 #define LULL_SEGMENT_MAP_H
 
+#include "base/hidden.h"
 #include "base/types.h"
 
 #define LULL_ADDRESS_BITS 47
 #define LULL_SEGMAP_ENTRIES ((size_t)1 << (LULL_ADDRESS_BITS - LULL_SEGMENT_SHIFT))
 #define LULL_SEGMAP_WORDS (LULL_SEGMAP_ENTRIES / 64)
 
-extern _Atomic uint8_t lull_segment_map[LULL_SEGMAP_ENTRIES];
+extern LULL_HIDDEN _Atomic uint8_t lull_segment_map[LULL_SEGMAP_ENTRIES];
 /* Huge blocks aligned to 32 MiB or more start on a segment boundary
  * themselves, so the mask finds the block, not its header: this second map
  * marks those block addresses; their header is one segment below. */
-extern _Atomic uint64_t lull_aligned_huge_map[LULL_SEGMAP_WORDS];
+extern LULL_HIDDEN _Atomic uint64_t lull_aligned_huge_map[LULL_SEGMAP_WORDS];
 
 static inline bool lull_map_has(_Atomic uint64_t *map, uintptr_t segment) {
     uintptr_t i = segment >> LULL_SEGMENT_SHIFT;
@@ -50,7 +51,7 @@ static inline void lull_map_set(_Atomic uint64_t *map, uintptr_t segment, bool p
 typedef struct lull_segment_run {
     _Atomic uintptr_t lo, len;
 } lull_segment_run;
-extern lull_segment_run lull_the_segment_run __attribute__((visibility("hidden")));
+extern LULL_HIDDEN lull_segment_run lull_the_segment_run;
 
 /* On x86-64 both loads are operands of the subtraction and the compare
  * (gcc loads an atomic into a register first: 2 instructions more); they

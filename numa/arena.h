@@ -9,6 +9,7 @@
 #ifndef LULL_ARENA_H
 #define LULL_ARENA_H
 
+#include "base/hidden.h"
 #include "numa/slice_state.h"
 #include "base/types.h"
 
@@ -21,8 +22,8 @@ typedef struct lull_arena {
     _Atomic uint64_t fallback_allocs; /* spans taken from another node's arena */
 } lull_arena;
 
-extern lull_arena lull_arenas[LULL_MAX_NODES];
-extern int lull_arena_count;
+extern LULL_HIDDEN lull_arena lull_arenas[LULL_MAX_NODES];
+extern LULL_HIDDEN int lull_arena_count;
 
 /* What the reclaim side wants to hear of the arenas (its purge policy, and
  * a deferred reclaim thread), installed by reclaim/ when it

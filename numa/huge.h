@@ -7,6 +7,7 @@
 #ifndef LULL_HUGE_H
 #define LULL_HUGE_H
 
+#include "base/hidden.h"
 #include "base/types.h"
 
 /* Every huge byte is in one of these, per node: mapped = live + metadata
@@ -19,7 +20,7 @@ typedef struct lull_huge_accounting {
     _Atomic uint64_t mapped, live, metadata, slack, freed;
     _Atomic uint64_t reused, fresh; /* counts: allocations that reused a freed mapping / mapped */
 } lull_huge_accounting;
-extern lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
+extern LULL_HIDDEN lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
 
 /* A huge block homed on arena `node` (bound before its first touch); its
  * header and block count in the resident estimate, within the heap limit

@@ -23,6 +23,7 @@
 #ifndef LULL_POLICY_H
 #define LULL_POLICY_H
 
+#include "base/hidden.h"
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -47,7 +48,7 @@ typedef struct lull_policy {
     bool memory_short;
 } lull_policy;
 
-extern lull_policy lull_the_policy;
+extern LULL_HIDDEN lull_policy lull_the_policy;
 
 /* Request threads (arena slow path): n slices taken, freed `interval_ms`
  * ago; purged: they had been purged `since_purge_ms` before. */

@@ -17,6 +17,7 @@
 #ifndef LULL_RECLAIM_H
 #define LULL_RECLAIM_H
 
+#include "base/hidden.h"
 #include "base/types.h"
 
 #include <stdatomic.h>
@@ -79,7 +80,7 @@ enum {
     LULL_RECLAIM_STARTING,     /* a thread is creating it */
 };
 #define LULL_RECLAIM_START_AFTER_MS 1000
-extern _Atomic int lull_reclaim_deferred;
+extern LULL_HIDDEN _Atomic int lull_reclaim_deferred;
 void lull_reclaim_want_slow(void);
 void lull_reclaim_start_point_slow(void);
 /* Start a deferred thread now (the calling thread holds no lull lock and

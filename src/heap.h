@@ -4,6 +4,7 @@
 #ifndef LULL_HEAP_H
 #define LULL_HEAP_H
 
+#include "base/hidden.h"
 #include "src/size_class.h"
 #include "base/types.h"
 
@@ -14,8 +15,8 @@
 
 /* Every thread starts with this heap: its spans are all the empty span, so
  * the first malloc takes the slow path, which gives the thread a real heap. */
-extern lull_heap lull_heap_empty;
-extern lull_span lull_span_empty;
+extern LULL_HIDDEN lull_heap lull_heap_empty;
+extern LULL_HIDDEN lull_span lull_span_empty;
 extern __thread lull_heap *lull_tl_heap;
 
 /* Make s the current span of class c (and of the direct slots of its

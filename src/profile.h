@@ -21,6 +21,7 @@
 #ifndef LULL_PROFILE_H
 #define LULL_PROFILE_H
 
+#include "base/hidden.h"
 #include "base/types.h"
 
 #include <stdatomic.h>
@@ -32,7 +33,7 @@
  * once when lull's core starts (profile_sample_kb is a start-up key);
  * read with lull_profile_interval_now(): another thread's first malloc may
  * read it while the core starts (TSan saw that race). */
-extern _Atomic uint64_t lull_profile_interval;
+extern LULL_HIDDEN _Atomic uint64_t lull_profile_interval;
 static inline uint64_t lull_profile_interval_now(void) {
     return atomic_load_explicit(&lull_profile_interval, memory_order_relaxed);
 }

@@ -38,6 +38,7 @@
 #ifndef LULL_REUSE_H
 #define LULL_REUSE_H
 
+#include "base/hidden.h"
 #include "src/size_class.h"
 #include "src/span.h"
 
@@ -45,7 +46,7 @@
 #define LULL_REUSE_BATCH 4
 #define LULL_REUSE_MAX_BYTES ((uint32_t)256 << 10)
 /* LULL_REUSE_MAX_BYTES; the tests of messages set 0 (no reuse) */
-extern uint32_t lull_reuse_max_bytes;
+extern LULL_HIDDEN uint32_t lull_reuse_max_bytes;
 
 /* direct[] of class c pointed at the class's list (away) or back at
  * current[c]; out of line: up to 16 stores */

@@ -6,6 +6,7 @@
 #ifndef LULL_SIZE_CLASS_H
 #define LULL_SIZE_CLASS_H
 
+#include "base/hidden.h"
 #include "base/types.h"
 
 typedef struct lull_class_info {
@@ -18,12 +19,12 @@ typedef struct lull_class_info {
     uint32_t park_start;
 } lull_class_info;
 
-extern lull_class_info lull_classes[LULL_CLASSES];
-extern uint8_t lull_small_class_of[129]; /* (size + 7) >> 3 for size <= 1024 */
-extern unsigned lull_class_count;
+extern LULL_HIDDEN lull_class_info lull_classes[LULL_CLASSES];
+extern LULL_HIDDEN uint8_t lull_small_class_of[129]; /* (size + 7) >> 3 for size <= 1024 */
+extern LULL_HIDDEN unsigned lull_class_count;
 /* The (size + 7) >> 3 words of class c, for classes up to 1 KiB: first and
  * last (last < first: none). */
-extern uint8_t lull_class_first_word[LULL_CLASSES], lull_class_last_word[LULL_CLASSES];
+extern LULL_HIDDEN uint8_t lull_class_first_word[LULL_CLASSES], lull_class_last_word[LULL_CLASSES];
 
 /* Point the direct[] slots of every size of class c (a heap's malloc fast
  * path table, base/types.h) at s. */
