@@ -7,6 +7,7 @@
 #ifndef LULL_SEGMENT_MAP_H
 #define LULL_SEGMENT_MAP_H
 
+#include "base/asm_operands.h"
 #include "base/hidden.h"
 #include "base/types.h"
 
@@ -53,13 +54,10 @@ typedef struct lull_segment_run {
 } lull_segment_run;
 extern LULL_HIDDEN lull_segment_run lull_the_segment_run;
 
-/* On x86-64 both loads are operands of the subtraction and the compare
- * (gcc loads an atomic into a register first: 2 instructions more); they
- * are single aligned words, which is what a relaxed load is there.
- * Sanitizer builds use the plain C, which they can see. */
+/* Both loads are operands of the subtraction and the compare (2
+ * instructions fewer; base/asm_operands.h). */
 static inline bool lull_in_segment_run(const void *p) {
-#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__) && !defined(__SANITIZE_ADDRESS__) &&  \
-    !defined(__SANITIZE_THREAD__)
+#if LULL_ASM_OPERANDS
     uintptr_t off = (uintptr_t)p;
     bool inside;
     __asm__("sub %[lo], %[off]\n\tcmp %[len], %[off]"

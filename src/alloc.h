@@ -89,7 +89,7 @@ __attribute__((always_inline)) static inline void lull_free_any(void *p, bool si
     }
     lull_heap *h = lull_tl_heap;
     lull_block *b = p;
-    if (__builtin_expect(atomic_load_explicit(&span->heap, memory_order_relaxed) == h, 1)) {
+    if (__builtin_expect(lull_span_owned_by(span, h), 1)) {
         /* a pointer inside a block would be handed out again overlapping
          * the live one: abort (a multiply and a compare; no load of p) */
         if (__builtin_expect(lull_block_misaligned(span, p), 0)) lull_fatal_misaligned(p, span);
