@@ -54,20 +54,29 @@ typedef struct lull_segment_run {
 } lull_segment_run;
 extern LULL_HIDDEN lull_segment_run lull_the_segment_run;
 
-/* Both loads are operands of the subtraction and the compare (2
- * instructions fewer; base/asm_operands.h). */
-static inline bool lull_in_segment_run(const void *p) {
+/* p inside the run? *off: p - lo, whose low LULL_SEGMENT_SHIFT bits are
+ * p's offset in its segment (lo is a segment boundary) wherever p is: the
+ * free path finds the span from it (the copy of p it would make for that
+ * is 1 instruction). Both loads are operands of the subtraction and the
+ * compare (2 instructions fewer; base/asm_operands.h). */
+static inline bool lull_in_segment_run_at(const void *p, uintptr_t *off) {
 #if LULL_ASM_OPERANDS
-    uintptr_t off = (uintptr_t)p;
+    uintptr_t x = (uintptr_t)p;
     bool inside;
-    __asm__("sub %[lo], %[off]\n\tcmp %[len], %[off]"
-            : [off] "+r"(off), "=@ccb"(inside)
+    __asm__("sub %[lo], %[x]\n\tcmp %[len], %[x]"
+            : [x] "+r"(x), "=@ccb"(inside)
             : [lo] "m"(lull_the_segment_run.lo), [len] "m"(lull_the_segment_run.len));
+    *off = x;
     return inside;
 #else
-    return (uintptr_t)p - atomic_load_explicit(&lull_the_segment_run.lo, memory_order_relaxed) <
-           atomic_load_explicit(&lull_the_segment_run.len, memory_order_relaxed);
+    *off = (uintptr_t)p - atomic_load_explicit(&lull_the_segment_run.lo, memory_order_relaxed);
+    return *off < atomic_load_explicit(&lull_the_segment_run.len, memory_order_relaxed);
 #endif
+}
+
+static inline bool lull_in_segment_run(const void *p) {
+    uintptr_t off;
+    return lull_in_segment_run_at(p, &off);
 }
 
 /* The run starts at `lo` (once, before the first segment). */

@@ -74,15 +74,17 @@ __attribute__((always_inline)) static inline void *lull_malloc_inline(size_t siz
 __attribute__((always_inline)) static inline void lull_free_any(void *p, bool sized,
                                                                 const char *who, size_t size) {
     lull_segment *seg = lull_segment_of(p);
+    uintptr_t off;
     /* the run first: most pointers are in it (base/segment_map.h) */
-    if (__builtin_expect(!lull_in_segment_run(p), 0) && !lull_segment_map_has((uintptr_t)seg)) {
+    if (__builtin_expect(!lull_in_segment_run_at(p, &off), 0) &&
+        !lull_segment_map_has((uintptr_t)seg)) {
         if (sized)
             lull_free_sized_slow(who, p, size);
         else
             lull_free_not_segment(p); /* NULL, huge, or not lull's */
         return;
     }
-    lull_span *span = lull_span_of(seg, p);
+    lull_span *span = lull_span_at(seg, off);
     if (sized && __builtin_expect(span->size_class != lull_small_class_of[(size + 7) >> 3], 0)) {
         lull_free_sized_slow(who, p, size);
         return;
