@@ -72,7 +72,7 @@ static inline uint32_t lull_reuse_count(const lull_heap *h, unsigned c) {
 
 /* The second word of a kept block: the heap that keeps it. */
 static inline void lull_reuse_mark(lull_block *b, const lull_heap *keeper) {
-    (&b->next_encoded)[1] = (uintptr_t)keeper ^ ((uintptr_t)b >> 12);
+    (&b->next_encoded)[1] = (uintptr_t)keeper ^ lull_link_key(b);
 }
 
 /* The heap bound was reached by the count that pops do not lower: count

@@ -1,11 +1,12 @@
 /* Inline helpers on blocks and spans shared by the malloc and free paths.
  *
  * Free-list links are safe-linked (as glibc does): a block stores
- * next ^ (its own address >> 12). A stray write of a plain pointer into a
- * free block then decodes to garbage instead of steering malloc to an
- * address of the attacker's choice, and a live block's first word rarely
- * decodes to an address in its own segment, which makes the double-free
- * check on free one compare in the common case. */
+ * next ^ key, the key being 9 times its own address (lull_link_key). A
+ * stray write of a plain pointer into a free block then decodes to
+ * garbage instead of steering malloc to an address of the attacker's
+ * choice, and a live block's first word rarely decodes to an address in
+ * its own segment, which makes the double-free check on free one compare
+ * in the common case. */
 #ifndef LULL_SPAN_H
 #define LULL_SPAN_H
 
@@ -13,12 +14,24 @@
 #include "numa/span_table.h"
 #include "base/types.h"
 
+/* The key of a block's links. glibc's is the address >> 12: what the key
+ * hides is in the address's high bits (the randomised part), which both
+ * carry. 9 times the address is one `lea`, where the shift needs a copy of
+ * the address first: 1 instruction fewer in malloc and in free
+ * (callgrind). A zero word never decodes to a link in its own segment (9 b
+ * is at least b + 2^28 for a b above 32 MiB), and a pointer p does only if
+ * p ^ 9 b lies in b's segment: not one into lull's segments, whose
+ * addresses are within 1 TiB of b, far below 9 b. */
+static inline uintptr_t lull_link_key(const void *b) {
+    return (uintptr_t)b * 9;
+}
+
 static inline lull_block *lull_block_next(const lull_block *b) {
-    return (lull_block *)(b->next_encoded ^ ((uintptr_t)b >> 12));
+    return (lull_block *)(b->next_encoded ^ lull_link_key(b));
 }
 
 static inline void lull_block_set_next(lull_block *b, lull_block *next) {
-    b->next_encoded = (uintptr_t)next ^ ((uintptr_t)b >> 12);
+    b->next_encoded = (uintptr_t)next ^ lull_link_key(b);
 }
 
 /* Blocks handed out and not freed locally. */
@@ -167,11 +180,11 @@ _Static_assert(64 * LULL_SLICE_SIZE <= LULL_MESSAGE_MARK, "the mark is outside e
 
 static inline void lull_message_link(lull_block *b, lull_block *next) {
     lull_block_set_next(b, (lull_block *)((uintptr_t)b ^ LULL_MESSAGE_MARK));
-    (&b->next_encoded)[1] = (uintptr_t)next ^ ((uintptr_t)b >> 12);
+    (&b->next_encoded)[1] = (uintptr_t)next ^ lull_link_key(b);
 }
 
 static inline lull_block *lull_message_next(const lull_block *b) {
-    return (lull_block *)((&b->next_encoded)[1] ^ ((uintptr_t)b >> 12));
+    return (lull_block *)((&b->next_encoded)[1] ^ lull_link_key(b));
 }
 
 static inline bool lull_block_in_message(const lull_block *b) {
@@ -198,7 +211,7 @@ static inline bool lull_block_looks_free(const lull_block *b) {
                           "shr %[shift], %[t]\n\t"
                           "je %l[looks_free]"
                           : [t] "=&r"(t)
-                          : [word] "m"(b->next_encoded), [key] "r"((uintptr_t)b >> 12), [b] "r"(b),
+                          : [word] "m"(b->next_encoded), [key] "r"(lull_link_key(b)), [b] "r"(b),
                             [shift] "i"(LULL_SEGMENT_SHIFT)
                           : "cc"
                           : looks_free);
@@ -208,7 +221,7 @@ looks_free:
     return true;
 #else
     uintptr_t next = (uintptr_t)lull_block_next(b);
-    /* next == 0: the last block of a free list (its word is b >> 12) */
+    /* next == 0: the last block of a free list (its word is the key) */
     return next == 0 || ((next ^ (uintptr_t)b) >> LULL_SEGMENT_SHIFT) == 0;
 #endif
 }

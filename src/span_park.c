@@ -82,7 +82,7 @@ __attribute__((no_sanitize("thread"))) static bool looks_listed(const lull_span 
                                                                 size_t off, size_t end) {
     const lull_block *b = (const lull_block *)(start + off);
     /* racy by design: another thread may be writing a live block now */
-    uintptr_t next = __atomic_load_n(&b->next_encoded, __ATOMIC_RELAXED) ^ ((uintptr_t)b >> 12);
+    uintptr_t next = __atomic_load_n(&b->next_encoded, __ATOMIC_RELAXED) ^ lull_link_key(b);
     return next == 0 || (next >= (uintptr_t)start && next < (uintptr_t)start + end &&
                          !lull_block_misaligned(s, (const void *)next));
 }

@@ -618,7 +618,7 @@ static void *keep_pop_and_free(void *arg) {
         lull_free(blocks[i]);        /* kept: direct[] leads to the list */
     uintptr_t *b = lull_malloc(100); /* popped by the fast path: the last kept */
     g_reused = b;
-    b[0] = (uintptr_t)b ^ ((uintptr_t)b >> 12); /* decodes to b: looks free */
+    b[0] = (uintptr_t)b ^ lull_link_key(b); /* decodes to b: looks free */
     lull_free(b);
     lull_thread_collect(); /* the rest go home too */
     return NULL;
