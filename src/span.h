@@ -20,8 +20,9 @@
  * the address first: 1 instruction fewer in malloc and in free
  * (callgrind). A zero word never decodes to a link in its own segment (9 b
  * is at least b + 2^28 for a b above 32 MiB), and a pointer p does only if
- * p ^ 9 b lies in b's segment: not one into lull's segments, whose
- * addresses are within 1 TiB of b, far below 9 b. */
+ * p ^ 9 b lies in b's segment, that is if p is near 9 b ^ b: above the
+ * 47-bit user address space for segments at lull's usual addresses (near
+ * 2^47), and far from its segments for any b. */
 static inline uintptr_t lull_link_key(const void *b) {
     return (uintptr_t)b * 9;
 }
