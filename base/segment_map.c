@@ -1,4 +1,5 @@
 #include "base/segment_map.h"
+#include "base/race.h"
 /* The map itself; see segment_map.h. */
 _Atomic uint8_t lull_segment_map[LULL_SEGMAP_ENTRIES];
 
@@ -10,7 +11,7 @@ void lull_segment_run_init(uintptr_t lo) {
     atomic_store_explicit(&lull_the_segment_run.lo, lo, memory_order_relaxed);
 }
 
-void lull_segment_run_grow(void) {
+static void segment_run_grow(void) {
     uintptr_t lo = atomic_load_explicit(&lull_the_segment_run.lo, memory_order_relaxed);
     uintptr_t len = atomic_load_explicit(&lull_the_segment_run.len, memory_order_relaxed);
     if (!lo) return;
@@ -30,4 +31,10 @@ void lull_segment_run_grow(void) {
                                                   memory_order_relaxed))
             len += LULL_SEGMENT_SIZE;
     }
+}
+
+void lull_segment_publish(uintptr_t segment) {
+    lull_segment_map_set(segment, true);
+    LULL_RACE_POINT(LULL_RACE_SEGMENT_RUN);
+    segment_run_grow();
 }

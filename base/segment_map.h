@@ -46,7 +46,7 @@ static inline void lull_map_set(_Atomic uint64_t *map, uintptr_t segment, bool p
  * its byte (4 instructions fewer a free, callgrind). A pointer outside it
  * (NULL, a huge block, a segment placed elsewhere because the region was
  * taken, anything not lull's) goes on to the map. lo is set once, at start,
- * before any block exists; len only grows (lull_segment_run_grow). Hidden,
+ * before any block exists; len only grows (lull_segment_publish). Hidden,
  * so that the compiler addresses them directly, not through the GOT (one
  * instruction each). */
 typedef struct lull_segment_run {
@@ -81,10 +81,13 @@ static inline bool lull_in_segment_run(const void *p) {
 
 /* The run starts at `lo` (once, before the first segment). */
 void lull_segment_run_init(uintptr_t lo);
-/* After a segment was mapped, initialised and set in the map: the run takes
- * in every segment that now follows it back to back (another thread's
- * too: whichever grows it last takes both). */
-void lull_segment_run_grow(void);
+/* A segment mapped and initialised (its header written) is set in the map,
+ * then the run takes in every segment that now follows it back to back:
+ * another thread's too, so that of two threads that publish the two
+ * segments after the run's end at once, whichever grows it last takes
+ * both (tests/test_race_segment_run.c, point segment_run between the two
+ * steps). */
+void lull_segment_publish(uintptr_t segment);
 
 static inline bool lull_segment_map_has(uintptr_t segment) {
     uintptr_t i = segment >> LULL_SEGMENT_SHIFT;

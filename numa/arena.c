@@ -73,8 +73,7 @@ static lull_segment *segment_create(lull_arena *a) {
     s->index = atomic_load(&a->segment_count);
     lull_slices_init_segment(s);
     s->next = atomic_load(&a->segments);
-    lull_segment_map_set((uintptr_t)s, true);
-    lull_segment_run_grow(); /* before any of its blocks can be freed */
+    lull_segment_publish((uintptr_t)s); /* the map and the run, before any block of it exists */
     atomic_store_explicit(&a->segments, s, memory_order_release);
     atomic_fetch_add(&a->segment_count, 1);
     return s;
