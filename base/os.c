@@ -20,18 +20,25 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-static _Atomic uintptr_t next_segment_hint;
-/* Huge blocks have a region of their own, above the segments': placed
- * among them, the first huge block would end the segment run
+/* Where mappings are placed: the next 32 MiB boundary to try, and the
+ * region's bounds if the hint starts over at `lo` when it passes `hi` (hi 0:
+ * it never does). Hints never come back otherwise, and one past the
+ * address space's end fails with ENOMEM (a limit, to huge.c). */
+typedef struct placement {
+    _Atomic uintptr_t next;
+    uintptr_t lo, hi;
+} placement;
+
+/* Segments: from the region's start up, for good (segments are never
+ * unmapped). */
+static placement segments_place;
+/* Huge blocks, in a region of their own above the segments': placed among
+ * them, the first huge block would end the segment run
  * (base/segment_map.h), and every later segment would be found through
- * the map. */
-static _Atomic uintptr_t next_huge_hint;
-/* The huge blocks' region, [huge_lo, huge_hi): their hint starts over at
- * huge_lo when it passes huge_hi. Hints never come back otherwise, and one
- * past the address space's end fails with ENOMEM (a limit, to huge.c):
- * the boundaries freed blocks left are there to be taken again (a live
- * block's are refused, EEXIST, and the next are tried). */
-static uintptr_t huge_lo, huge_hi;
+ * the map. Their hint starts over: the boundaries freed blocks left are
+ * there to be taken again (a live block's are refused, EEXIST, and the
+ * next are tried). */
+static placement huge_place;
 /* Address space mapped only to align a segment (the fallback below): never
  * touched; counted by the statistics as purged. */
 _Atomic uint64_t lull_os_slack_bytes;
@@ -45,7 +52,7 @@ static uintptr_t align_up(uintptr_t x, size_t a) {
 }
 
 void lull_os_init(void) {
-    if (atomic_load(&next_segment_hint)) return;
+    if (atomic_load(&segments_place.next)) return;
     /* Find where the kernel would put large mappings, then leave a gap so
      * that its own top-down placement does not run into our segments. */
     size_t probe_len = 2 * LULL_SEGMENT_SIZE;
@@ -72,10 +79,10 @@ void lull_os_init(void) {
         }
     }
     uintptr_t expected = 0, first = align_up(start, LULL_SEGMENT_SIZE);
-    if (atomic_compare_exchange_strong(&next_segment_hint, &expected, first)) {
-        huge_lo = align_up(first + segments_room, LULL_SEGMENT_SIZE);
-        huge_hi = huge_lo + segments_room;
-        atomic_store(&next_huge_hint, huge_lo);
+    if (atomic_compare_exchange_strong(&segments_place.next, &expected, first)) {
+        huge_place.lo = align_up(first + segments_room, LULL_SEGMENT_SIZE);
+        huge_place.hi = huge_place.lo + segments_room;
+        atomic_store(&huge_place.next, huge_place.lo);
         lull_segment_run_init(first);
     }
 }
@@ -88,17 +95,16 @@ static const int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
  * tried. NULL with errno EEXIST when they were taken (or an old kernel ignored MAP_FIXED_NOREPLACE
  * and placed the mapping off a boundary: that one is never touched, never unmapped, and counted as
  * slack), ENOMEM at a limit. */
-static void *map_at_next_boundary(_Atomic uintptr_t *next_hint, size_t len, size_t range,
-                                  int attempts) {
+static void *map_at_next_boundary(placement *place, size_t len, size_t range, int attempts) {
     for (int attempt = 0; attempt < attempts; attempt++) {
-        uintptr_t hint = atomic_fetch_add(next_hint, range);
-        if (next_hint == &next_huge_hint && hint + len > huge_hi && huge_lo) {
+        uintptr_t hint = atomic_fetch_add(&place->next, range);
+        if (place->hi && hint + len > place->hi) {
             /* past the region: start over (a thread that raced this one
              * past it starts over too, and one of the two finds the first
              * boundary taken) */
             uintptr_t expected = hint + range;
-            atomic_compare_exchange_strong(next_hint, &expected, huge_lo + range);
-            hint = huge_lo;
+            atomic_compare_exchange_strong(&place->next, &expected, place->lo + range);
+            hint = place->lo;
         }
         void *p = mmap((void *)hint, len, map_prot, map_flags | MAP_FIXED_NOREPLACE, -1, 0);
         if (p == (void *)hint) return p;
@@ -122,7 +128,7 @@ void *lull_os_segment_map(void) {
         errno = ENOMEM;
         return NULL;
     }
-    void *seg = map_at_next_boundary(&next_segment_hint, LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16);
+    void *seg = map_at_next_boundary(&segments_place, LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16);
     if (seg) return seg;
     /* The hinted region is taken or refused (valgrind keeps its own map of
      * the address space): let the kernel choose, twice the size, and use
@@ -135,13 +141,13 @@ void *lull_os_segment_map(void) {
     }
     uintptr_t aligned = align_up((uintptr_t)p, LULL_SEGMENT_SIZE);
     atomic_fetch_add(&lull_os_slack_bytes, LULL_SEGMENT_SIZE);
-    atomic_store(&next_segment_hint, aligned + LULL_SEGMENT_SIZE);
+    atomic_store(&segments_place.next, aligned + LULL_SEGMENT_SIZE);
     return (void *)aligned;
 }
 
 void lull_os_huge_region(uintptr_t *lo, uintptr_t *hi) {
-    *lo = huge_lo;
-    *hi = huge_hi;
+    *lo = huge_place.lo;
+    *hi = huge_place.hi;
 }
 
 void *lull_os_huge_map_aligned(size_t len) {
@@ -152,7 +158,7 @@ void *lull_os_huge_map_aligned(size_t len) {
     /* the boundaries up to the next one after the block stay unmapped: room
      * to grow in place (lull_huge_grow_in_place), and no address space or
      * commit charge */
-    return map_at_next_boundary(&next_huge_hint, len, align_up(len, LULL_SEGMENT_SIZE), 4);
+    return map_at_next_boundary(&huge_place, len, align_up(len, LULL_SEGMENT_SIZE), 4);
 }
 
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {
