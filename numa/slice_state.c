@@ -179,7 +179,12 @@ void lull_slices_clear_lazy(lull_segment *s, unsigned w, uint64_t bits) {
 void lull_slices_after_fork(lull_segment *s) {
     lull_slice_maps *m = lull_slice_maps_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
-        uint64_t p = atomic_exchange(&m->purging[w], 0);
-        if (p) atomic_fetch_or(&m->dirty[w], p);
+        /* read first: a write to a word that is 0 already would copy the
+         * segment's first page for nothing (a fork child that execs at
+         * once took that fault for every segment) */
+        uint64_t p = atomic_load(&m->purging[w]);
+        if (!p) continue;
+        atomic_store(&m->purging[w], 0);
+        atomic_fetch_or(&m->dirty[w], p);
     }
 }

@@ -134,7 +134,8 @@ void lull_refault_after_fork_child(void) {
     /* the child's memory is unregistered: register it again lazily */
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
-            atomic_store(&refault_of(s)->registered, 0);
+            if (atomic_load(&refault_of(s)->registered)) /* no copy of a page for a 0 */
+                atomic_store(&refault_of(s)->registered, 0);
     last_scan_ms = 0;
 }
 
