@@ -9,6 +9,7 @@
 #include "numa/huge.h"
 #include "src/init.h"
 #include "base/message.h"
+#include "base/prefetch.h"
 #include "base/race.h"
 #include "reclaim/reclaim.h"
 #include "src/outbox.h"
@@ -612,6 +613,9 @@ __attribute__((noinline)) static void keep_other_or_slow(void *p, lull_span *spa
  * heap, so it takes the slow path, which looks at the magic. */
 void lull_free_other(void *p, lull_span *span, lull_heap *h) {
     lull_block *b = p;
+    /* the double-free check reads the block, and every way out of here
+     * writes it: another core wrote it last (prefetch.h) */
+    lull_prefetch_for_write(b);
     /* a span has a heap only while it is a small span in use (a large or
      * free one has none); the empty heap's lists and the 8-byte class's
      * read full (reuse.h) */

@@ -10,6 +10,7 @@
 #include "src/reuse.h"
 #include "numa/home_arena.h"
 #include "base/message.h"
+#include "base/prefetch.h"
 #include "base/race.h"
 #include "base/resident.h"
 #include "src/size_class.h"
@@ -219,7 +220,8 @@ static uint32_t span_merge_remote(lull_span *span, lull_block *list) {
     LULL_RACE_POINT(LULL_RACE_COLLECT);
     uint32_t n = 1;
     lull_block *tail = list;
-    for (lull_block *next; (next = lull_block_next(tail)) != NULL; tail = next)
+    for (lull_block *next; (lull_prefetch_for_write(tail), next = lull_block_next(tail)) != NULL;
+         tail = next)
         if (++n > span->capacity) /* without this, a double remote free hangs the owner here */
             lull_fatal_remote_double_free(cycle_entry(list));
     if (atomic_load_explicit(&span->remote_suspect, memory_order_relaxed)) {
@@ -395,6 +397,8 @@ static void apply_inbox(lull_heap *h) {
     lull_span *suspects[SUSPECTS_TRACKED];
     unsigned suspect_count = 0;
     while (b) {
+        /* read, then written: the sender's core wrote it last (prefetch.h) */
+        lull_prefetch_for_write(b);
         if (__builtin_expect(!lull_block_in_message(b), 0))
             lull_fatal("free(): block %p was written after another thread freed it", (void *)b);
         lull_block *next = lull_message_next(b);
