@@ -9,8 +9,9 @@
 
 static inline void lull_prefetch_for_write(const void *p) {
 #if defined(__x86_64__)
-    /* prefetchw: every x86-64 processor executes it (those older ones whose
-     * CPUID does not list it as a no-op), so no test at run time */
+    /* prefetchw, with no CPUID test: AMD's x86-64 processors all have it,
+     * and Intel's before Broadwell, whose CPUID does not list it, run it
+     * as a no-op (why 64-bit Windows 8.1 could require the instruction) */
     __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
 #else
     __builtin_prefetch(p, 1, 3);
