@@ -291,6 +291,11 @@ typedef struct lull_heap {
     bool abandoned;
     uint64_t allocs; /* blocks handed out by this heap (owner only) */
     uint64_t frees;  /* blocks this heap's thread freed, its own or others' (owner only) */
+    /* the block of its own that this thread freed last, not yet checked
+     * nor linked (src/alloc.h, "the deferred free"), and its span; NULL
+     * when none. Counted in its span's used until then. */
+    struct lull_block *deferred;
+    struct lull_span *deferred_span;
     uint64_t spans_taken;
     uint64_t spans_returned;
     /* spans kept for reuse when they empty (heap.c), oldest evicted first */

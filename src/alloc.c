@@ -199,6 +199,9 @@ static inline void *take_from_span(lull_heap *h, unsigned c) {
     lull_span *s = h->current[c];
     if (!s->free && !(s = lull_class_refill(h, c))) return NULL;
     lull_block *b = s->free;
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+    if (__builtin_expect(b == h->deferred, 0)) lull_fatal_deferred_double_free(b);
+#endif
     s->free = lull_block_next(b);
     s->used++;
     h->allocs++;
@@ -365,6 +368,23 @@ void *lull_calloc_generic(size_t size) {
 _Atomic uint64_t lull_other_frees;
 
 static bool kept_by_someone(const lull_block *b, const lull_span *span);
+
+void lull_free_deferred_none_or_repeat(const lull_block *b, const lull_block *before) {
+    if (before == b) lull_fatal_deferred_double_free(b);
+}
+
+void lull_heap_free_deferred(lull_heap *h) {
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+    lull_block *b = h->deferred;
+    if (!b) return;
+    lull_span *span = h->deferred_span;
+    h->deferred = NULL;
+    h->deferred_span = NULL;
+    lull_free_owned_now(b, span, h);
+#else
+    (void)h;
+#endif
+}
 
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
     if (lull_block_in_message(b) || kept_by_someone(b, span))

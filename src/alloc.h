@@ -4,6 +4,7 @@
 #ifndef LULL_ALLOC_H
 #define LULL_ALLOC_H
 
+#include "base/prefetch.h"
 #include "src/free_errors.h"
 #include "src/heap.h"
 #include "base/segment_map.h"
@@ -50,6 +51,11 @@ __attribute__((always_inline)) static inline void *lull_malloc_inline(size_t siz
         lull_span *s = h->direct[(size + 7) >> 3];
         lull_block *b = s->free;
         if (__builtin_expect(b != NULL, 1)) {
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+            /* free, and freed again since: the deferred free would link it
+             * a second time while it is handed out */
+            if (__builtin_expect(b == h->deferred, 0)) lull_fatal_deferred_double_free(b);
+#endif
             s->free = lull_block_next(b);
             s->used++;
             h->allocs++;
@@ -60,6 +66,46 @@ __attribute__((always_inline)) static inline void *lull_malloc_inline(size_t siz
         }
     }
     return lull_malloc_slow(size);
+}
+
+/* The deferred free. The double-free check reads the freed block's first
+ * word, and in a heap larger than the caches that load misses on most
+ * frees; a load holds the CPU's window until it returns, where a store
+ * would wait in the store buffer. So an owner's free keeps its block in
+ * the heap (h->deferred; the interior test, which reads no block, done at
+ * once) with a prefetch of its line for writing, and checks and links the
+ * block the free before kept: its line has had a free's time to come in.
+ * The block stays counted in its span's used until then, so nothing but
+ * the owner can see the wait. A block freed twice is still seen: a repeat
+ * while the first free is deferred finds the block linked by then (or the
+ * slot holds it and malloc's pop compares, lull_fatal_deferred_double_free);
+ * every walk of the heap's spans and every owner change (collection, exit,
+ * abandonment, defrag, the heap profile, lull_stats) runs
+ * lull_heap_free_deferred() first. Measured in docs/architecture.md. */
+
+/* The free of b found `before` as the deferred free: NULL (nothing to do)
+ * or b itself (aborts: freed twice in a row). */
+__attribute__((cold)) void lull_free_deferred_none_or_repeat(const lull_block *b,
+                                                             const lull_block *before);
+
+/* Checks, links and counts block b of span, which h owns; the span's
+ * state follows (a kept empty span that is its class's current one stays:
+ * a thread that mallocs and frees one block in a loop never leaves this
+ * path). Always inline: the fast path. */
+__attribute__((always_inline)) static inline void
+lull_free_owned_now(lull_block *b, lull_span *span, lull_heap *h) {
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+    if (__builtin_expect(lull_block_looks_free(b), 0)) {
+        lull_free_local_checked(b, span, h);
+        return;
+    }
+#endif
+    lull_block_set_next(b, span->free);
+    span->free = b;
+    h->frees++;
+    if (__builtin_expect(lull_span_put_back_one(span), 0) &&
+        (span->used != 0 || h->current[span->size_class] != span || !span->kept))
+        lull_free_local_tail(h, span);
 }
 
 /* free(), and (`sized`) the sized frees of sizes up to 1 KiB: free_sized()
@@ -96,23 +142,25 @@ __attribute__((always_inline)) static inline void lull_free_any(void *p, bool si
          * the live one: abort (a multiply and a compare; no load of p) */
         if (__builtin_expect(lull_block_misaligned(span, p), 0)) lull_fatal_misaligned(p, span);
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
-        /* -DLULL_NO_DOUBLE_FREE_CHECK compiles the local double-free check
-         * out: 8 instructions per free (callgrind, malloc(32)+free pair: 79
-         * with it, 71 without) */
-        if (__builtin_expect(lull_block_looks_free(b), 0)) {
-            lull_free_local_checked(b, span, h);
+        /* the deferred free: this block waits in the heap, asked for
+         * writable, and the one freed before it is checked and linked now,
+         * its line here by now */
+        lull_prefetch_for_write(b);
+        lull_block *before = h->deferred;
+        lull_span *before_span = h->deferred_span;
+        h->deferred = b;
+        h->deferred_span = span;
+        /* none before (the heap's first free, or one after a flush), or
+         * free(p); free(p), the commonest double free, seen at once: out of
+         * line, a jump (a call here gave free() a frame: 2 instructions) */
+        if (__builtin_expect(before == NULL || before == b, 0)) {
+            lull_free_deferred_none_or_repeat(b, before);
             return;
         }
+        b = before;
+        span = before_span;
 #endif
-        lull_block_set_next(b, span->free);
-        span->free = b;
-        h->frees++;
-        /* an emptied span that its heap keeps (heap.c) and that is its
-         * class's current one stays: a thread that mallocs and frees one
-         * block in a loop never leaves this path */
-        if (__builtin_expect(lull_span_put_back_one(span), 0) &&
-            (span->used != 0 || h->current[span->size_class] != span || !span->kept))
-            lull_free_local_tail(h, span);
+        lull_free_owned_now(b, span, h);
         return;
     }
     lull_free_other(p, span, h);

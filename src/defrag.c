@@ -302,6 +302,7 @@ LULL_EXPORT int lull_defrag_query(const void *const *ptrs, size_t n, lull_defrag
         return -1;
     }
     lull_heap *h = lull_tl_heap;
+    lull_heap_free_deferred(h); /* the spans' used counts are read */
     bool bad = false;
     for (size_t i = 0; i < n; i++) {
         lull_defrag_block b;
@@ -354,6 +355,7 @@ LULL_EXPORT void *lull_defrag_move(void *p) {
     }
     lull_heap *h = lull_tl_heap;
     if (!b.span || h == &lull_heap_empty) return p; /* large, or no heap to move into */
+    lull_heap_free_deferred(h);                     /* blocks are popped below */
     lull_span *span = b.span;
     unsigned c = span->size_class;
     bool mine = atomic_load_explicit(&span->heap, memory_order_relaxed) == h;
@@ -375,6 +377,9 @@ LULL_EXPORT void *lull_defrag_move(void *p) {
      * reuse (src/reuse.h), its next malloc would put a block back into the
      * sparse span it just left */
     lull_free_home(p, span, h);
+    /* a local free waits as the heap's deferred free: a move frees now,
+     * so that the emptied span goes back and the view below is right */
+    lull_heap_free_deferred(h);
     bool alive = mine && atomic_load_explicit(&span->heap, memory_order_relaxed) == h;
     /* The view stays right if the heap did only what it expects: one block
      * allocated and one freed (the class's count in use unchanged, or one

@@ -17,6 +17,10 @@ void lull_fatal_remote_double_free(const void *p) {
     lull_fatal("free(): double free of %p (freed twice from other threads)", p);
 }
 
+void lull_fatal_deferred_double_free(const void *p) {
+    lull_fatal("free(): double free of %p (freed again while it was free)", p);
+}
+
 /* The class (or large/huge kind) a request of this size and alignment gets,
  * compared with the block's. */
 void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t size) {

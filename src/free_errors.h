@@ -10,6 +10,10 @@
 /* A block freed twice from other threads (alloc.c's push, heap.c's
  * collection). */
 __attribute__((noreturn, cold)) void lull_fatal_remote_double_free(const void *p);
+/* malloc reached a free block that also waits as its heap's deferred free,
+ * or free() was given the block that waits there (src/alloc.h): it was
+ * freed twice. */
+__attribute__((noreturn, cold)) void lull_fatal_deferred_double_free(const void *p);
 /* free() of a pointer inside a small block, not at its start: names it and
  * the block. */
 __attribute__((noreturn, cold)) void lull_fatal_misaligned(const void *p, const lull_span *span);

@@ -433,6 +433,7 @@ void lull_heap_collect_remote(lull_heap *h) {
 }
 
 void lull_heap_collect(lull_heap *h, bool all) {
+    lull_heap_free_deferred(h);   /* its block counts as used in its span */
     if (all) lull_reuse_flush(h); /* kept blocks of other heaps go home */
     lull_outbox_flush(h);
     lull_heap_collect_remote(h);

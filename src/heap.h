@@ -72,5 +72,9 @@ void lull_heaps_init(void);
 void lull_heaps_fork_prepare(void);
 void lull_heaps_fork_parent(void);
 void lull_heaps_fork_child(void);
+/* h's deferred free (h->deferred, src/alloc.h), if it has one, done now:
+ * before anything reads its spans' used counts or lists, or hands the heap
+ * on. Owner only; in alloc.c, with the free path. */
+void lull_heap_free_deferred(lull_heap *h);
 
 #endif

@@ -128,6 +128,7 @@ static bool cut_window(lull_heap *h, unsigned c) {
 }
 
 void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zeroed) {
+    lull_heap_free_deferred(h); /* the windows' pops do not compare with it */
     lull_heap_profile *p = h->profile;
     lull_span *w = &p->window[c];
     if (!w->free) {
@@ -163,6 +164,7 @@ void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zero
 }
 
 void *lull_profile_next_window(lull_heap *h, unsigned c) {
+    lull_heap_free_deferred(h); /* the windows' pops do not compare with it */
     lull_heap_profile *p = h->profile;
     lull_span *s = h->current[c];
     lull_block *first = s->free;

@@ -245,6 +245,9 @@ void lull_stats_collect(struct lull_counters *out) {
 LULL_EXPORT int lull_stats(struct lull_counters *out) {
     if (!out) return -1;
     lull_ensure_init();
+    /* the caller's last free counts as done (src/alloc.h, the deferred
+     * free): a program that frees and then reads its counters sees it */
+    if (lull_tl_heap != &lull_heap_empty) lull_heap_free_deferred(lull_tl_heap);
     lull_stats_collect(out);
     out->magic = LULL_COUNTERS_MAGIC;
     out->abi_version = LULL_COUNTERS_ABI_VERSION;

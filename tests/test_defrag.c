@@ -19,6 +19,7 @@
  * before it), and every wait is on an event (a barrier or a join). */
 #define _GNU_SOURCE
 #include "lull.h"
+#include "tests/support/deferred_free.h"
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
@@ -206,6 +207,7 @@ static void *freed_blocks(void *arg) {
             more[i] = NULL;
         }
     lull_free(keep);
+    complete_last_free();
     /* (a span that went back may be taken again at once, by another heap:
      * the reclaim thread started before, so nothing else takes spans here) */
     cr_assert_eq(lull_span_of(lull_segment_of(keep), keep),
@@ -369,6 +371,7 @@ static void *owner_thread(void *arg) {
     /* b[cap] is in the current span; the first span keeps 1 block in 10 */
     for (unsigned i = 0; i < cap; i++)
         if (i % 10) lull_free(b[i]);
+    complete_last_free();
     h->block = b[0];
     h->tag = 77;
     fill(b[0], SIZE, h->tag);

@@ -238,11 +238,19 @@ Test(free_errors, double_free_of_a_small_block, .init = warm) {
 
 static void *g_b, *g_c;
 
+/* A double free that is not a repeat of the thread's last free waits with
+ * that free (the deferred free, src/alloc.h): the thread's next free of
+ * another block checks it, or a malloc that reaches the block (below). */
+static void next_free(void) {
+    lull_free(lull_malloc(16));
+}
+
 static void free_b_c_b(void *unused) {
     (void)unused;
     lull_free(g_b);
     lull_free(g_c);
     lull_free(g_b);
+    next_free();
 }
 
 Test(free_errors, double_free_of_a_small_block_between_other_frees, .init = warm) {
@@ -256,6 +264,40 @@ Test(free_errors, double_free_of_a_small_block_between_other_frees, .init = warm
     expect_abort(&r, g_b, "double free");
     lull_free(g_b);
     lull_free(g_c);
+}
+
+/* free(b), free(c), free(b): b is on its span's list, and waits again as
+ * the deferred free; the malloc that reaches it (after c) must abort, not
+ * hand it out while the deferred free would link it once more */
+static void free_b_c_b_then_malloc_twice(void *use_calloc) {
+    lull_free(g_b);
+    lull_free(g_c);
+    lull_free(g_b);
+    for (int i = 0; i < 2; i++) {
+        void *p = use_calloc ? lull_calloc(1, 200) : lull_malloc(200);
+        if (p == g_b) _exit(7); /* handed out: the deferred free links it again */
+    }
+}
+
+static void double_free_reached_by(bool use_calloc) {
+    void *a = lull_malloc(200);
+    g_b = lull_malloc(200);
+    g_c = lull_malloc(200);
+    cr_assert(a && g_b && g_c);
+    lull_free(a);
+    child_result r;
+    run_in_child(free_b_c_b_then_malloc_twice, use_calloc ? g_b : NULL, &r);
+    expect_abort(&r, g_b, "double free");
+    lull_free(g_b);
+    lull_free(g_c);
+}
+
+Test(free_errors, double_free_waiting_as_the_deferred_free_is_seen_by_malloc, .init = warm) {
+    double_free_reached_by(false);
+}
+
+Test(free_errors, double_free_waiting_as_the_deferred_free_is_seen_by_calloc, .init = warm) {
+    double_free_reached_by(true);
 }
 
 /* The first free of the only handed-out block of a span leaves a free list
@@ -482,6 +524,7 @@ static void owner_frees_after_another_thread(void *unused) {
     (void)unused;
     start_freeing_thread(free_g_kept);
     lull_free(g_kept);
+    next_free();
 }
 
 Test(free_errors, double_free_by_the_owner_of_a_block_another_thread_keeps, .init = warm) {
@@ -526,6 +569,7 @@ static void owner_frees_a_kept_block(void *unused) {
     (void)unused;
     start_freeing_thread(keep_g_kept_and_hold);
     lull_free(g_kept);
+    next_free();
 }
 
 static void *free_g_kept_once(void *unused) {

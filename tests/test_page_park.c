@@ -28,6 +28,7 @@
 #include "reclaim/reclaim.h"
 #include "src/heap.h"
 #include "src/span.h"
+#include "tests/support/deferred_free.h"
 #include "tests/support/fork_capture.h"
 #include "tests/support/mem_check.h"
 #include "tests/support/stats_check.h"
@@ -361,8 +362,11 @@ Test(page_park, parked_blocks_come_back_to_malloc, .init = setup) {
 
 /* ---- a second free of a block on a parked page -------------------------- */
 
+/* the second free waits as the deferred free (src/alloc.h): the thread's
+ * next free checks it */
 static void free_it(void *p) {
     lull_free(p);
+    complete_last_free();
 }
 
 static void expect_double_free_abort(void *p, const char *phase) {
@@ -696,6 +700,7 @@ Test(page_park, a_fork_child_allocates_on_the_parked_pages_it_inherited, .init =
         big_live[i] = false;
         freed += BIG;
     }
+    complete_last_free(); /* the child finds every freed block free */
     state_count st = freed_states(big, big_live, NBIG);
     cr_assert_geq(st.pending, NBIG / 16 * 9 / 10, "only %zu pages pending", st.pending);
     cr_assert_geq(st.purged * PAGE, purged, "%zu pages purged", st.purged);
