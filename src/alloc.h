@@ -76,12 +76,15 @@ __attribute__((always_inline)) static inline void *lull_malloc_inline(size_t siz
  * once) with a prefetch of its line for writing, and checks and links the
  * block the free before kept: its line has had a free's time to come in.
  * The block stays counted in its span's used until then, so nothing but
- * the owner can see the wait. A block freed twice is still seen: a repeat
- * while the first free is deferred finds the block linked by then (or the
- * slot holds it and malloc's pop compares, lull_fatal_deferred_double_free);
- * every walk of the heap's spans and every owner change (collection, exit,
- * abandonment, defrag, the heap profile, lull_stats) runs
- * lull_heap_free_deferred() first. Measured in docs/architecture.md. */
+ * the owner can see the wait. A block freed twice is still seen: the free
+ * of the block that waits aborts at once (free(p); free(p)); a block freed
+ * again after its first free was linked is on its span's list and waits:
+ * the next free finds it linked (lull_free_local_checked), and a malloc
+ * that reaches it first compares its pop with the slot
+ * (lull_fatal_deferred_double_free). Every walk of the heap's spans and
+ * every hand-on of the heap (collection, exit, abandonment, defrag, the
+ * heap profile, lull_stats) runs lull_heap_free_deferred() first.
+ * Measured in docs/architecture.md. */
 
 /* The free of b found `before` as the deferred free: NULL (nothing to do)
  * or b itself (aborts: freed twice in a row). */

@@ -253,17 +253,23 @@ static void free_b_c_b(void *unused) {
     next_free();
 }
 
-Test(free_errors, double_free_of_a_small_block_between_other_frees, .init = warm) {
+/* Blocks a, b and c of one class, a freed: the child frees b twice (its
+ * way), and must abort naming b. */
+static void expect_b_freed_twice(void (*child)(void *), void *arg) {
     void *a = lull_malloc(200);
     g_b = lull_malloc(200);
     g_c = lull_malloc(200);
     cr_assert(a && g_b && g_c);
     lull_free(a);
     child_result r;
-    run_in_child(free_b_c_b, NULL, &r);
+    run_in_child(child, arg, &r);
     expect_abort(&r, g_b, "double free");
     lull_free(g_b);
     lull_free(g_c);
+}
+
+Test(free_errors, double_free_of_a_small_block_between_other_frees, .init = warm) {
+    expect_b_freed_twice(free_b_c_b, NULL);
 }
 
 /* free(b), free(c), free(b): b is on its span's list, and waits again as
@@ -279,25 +285,12 @@ static void free_b_c_b_then_malloc_twice(void *use_calloc) {
     }
 }
 
-static void double_free_reached_by(bool use_calloc) {
-    void *a = lull_malloc(200);
-    g_b = lull_malloc(200);
-    g_c = lull_malloc(200);
-    cr_assert(a && g_b && g_c);
-    lull_free(a);
-    child_result r;
-    run_in_child(free_b_c_b_then_malloc_twice, use_calloc ? g_b : NULL, &r);
-    expect_abort(&r, g_b, "double free");
-    lull_free(g_b);
-    lull_free(g_c);
-}
-
 Test(free_errors, double_free_waiting_as_the_deferred_free_is_seen_by_malloc, .init = warm) {
-    double_free_reached_by(false);
+    expect_b_freed_twice(free_b_c_b_then_malloc_twice, NULL);
 }
 
 Test(free_errors, double_free_waiting_as_the_deferred_free_is_seen_by_calloc, .init = warm) {
-    double_free_reached_by(true);
+    expect_b_freed_twice(free_b_c_b_then_malloc_twice, &g_b); /* any non-NULL: calloc */
 }
 
 /* The first free of the only handed-out block of a span leaves a free list
