@@ -12,6 +12,7 @@
 #include "src/span.h"
 #include "base/types.h"
 
+#include "tests/support/deferred_free.h"
 #include "tests/support/fork_capture.h"
 #include "tests/support/reexec.h"
 
@@ -240,17 +241,15 @@ static void *g_b, *g_c;
 
 /* A double free that is not a repeat of the thread's last free waits with
  * that free (the deferred free, src/alloc.h): the thread's next free of
- * another block checks it, or a malloc that reaches the block (below). */
-static void next_free(void) {
-    lull_free(lull_malloc(16));
-}
+ * another block (complete_last_free) checks it, or a malloc that reaches
+ * the block (below). */
 
 static void free_b_c_b(void *unused) {
     (void)unused;
     lull_free(g_b);
     lull_free(g_c);
     lull_free(g_b);
-    next_free();
+    complete_last_free();
 }
 
 /* Blocks a, b and c of one class, a freed: the child frees b twice (its
@@ -517,7 +516,7 @@ static void owner_frees_after_another_thread(void *unused) {
     (void)unused;
     start_freeing_thread(free_g_kept);
     lull_free(g_kept);
-    next_free();
+    complete_last_free();
 }
 
 Test(free_errors, double_free_by_the_owner_of_a_block_another_thread_keeps, .init = warm) {
@@ -562,7 +561,7 @@ static void owner_frees_a_kept_block(void *unused) {
     (void)unused;
     start_freeing_thread(keep_g_kept_and_hold);
     lull_free(g_kept);
-    next_free();
+    complete_last_free();
 }
 
 static void *free_g_kept_once(void *unused) {
