@@ -26,7 +26,8 @@ static segment_refault *refault_of(const lull_segment *s) {
 static refault_monitor M;
 static bool opened;
 static uint32_t last_scan_ms;
-static _Atomic uint64_t refault_pages, distance_sum_ms, distance[LULL_COUNTERS_REFAULT_BUCKETS];
+_Atomic uint64_t lull_refault_pages_seen;
+static _Atomic uint64_t distance_sum_ms, distance[LULL_COUNTERS_REFAULT_BUCKETS];
 
 void lull_refault_start(void) {
     refault_mechanism best = lull_config.refault_monitor == LULL_SWITCH_OFF  ? REFAULT_OFF
@@ -65,7 +66,7 @@ void lull_refault_after_purge(void *addr, size_t len) {
 }
 
 static void record(uint64_t pages, uint32_t distance_ms) {
-    atomic_fetch_add_explicit(&refault_pages, pages, memory_order_relaxed);
+    atomic_fetch_add_explicit(&lull_refault_pages_seen, pages, memory_order_relaxed);
     atomic_fetch_add_explicit(&distance_sum_ms, pages * distance_ms, memory_order_relaxed);
     atomic_fetch_add_explicit(&distance[lull_counters_refault_bucket(distance_ms)], pages,
                               memory_order_relaxed);
@@ -139,19 +140,28 @@ void lull_refault_after_fork_child(void) {
     last_scan_ms = 0;
 }
 
+static bool counts_pages(refault_mechanism k) {
+    return k == REFAULT_WP_ASYNC || k == REFAULT_PRESENT_SCAN;
+}
+
+uint64_t lull_refault_pages_back(void) {
+    if (opened && counts_pages(M.kind))
+        return atomic_load_explicit(&lull_refault_pages_seen, memory_order_relaxed);
+    return atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) *
+           (LULL_SLICE_SIZE / LULL_PAGE_SIZE);
+}
+
 uint64_t lull_refault_fill_counters(struct lull_counters *out) {
     /* page-level figures where the kernel tells us; the allocator's own
      * slice-level count otherwise (16 pages a slice) */
     refault_mechanism k = opened ? M.kind : REFAULT_ACCOUNTING;
-    if (k == REFAULT_WP_ASYNC || k == REFAULT_PRESENT_SCAN) {
-        out->refault_pages = atomic_load_explicit(&refault_pages, memory_order_relaxed);
+    out->refault_pages = lull_refault_pages_back();
+    if (counts_pages(k)) {
         out->refault_distance_ms_sum = atomic_load_explicit(&distance_sum_ms, memory_order_relaxed);
         for (int b = 0; b < LULL_COUNTERS_REFAULT_BUCKETS; b++)
             out->refault_distance[b] = atomic_load_explicit(&distance[b], memory_order_relaxed);
     } else {
         uint64_t per = LULL_SLICE_SIZE / LULL_PAGE_SIZE;
-        out->refault_pages =
-            atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) * per;
         for (int b = 0; b < 16 && b < LULL_COUNTERS_REFAULT_BUCKETS; b++)
             out->refault_distance[b] = atomic_load_explicit(&lull_the_policy.refault_distance_ms[b],
                                                             memory_order_relaxed) *

@@ -15,6 +15,7 @@
 
 #include "lull/counters.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,14 @@ void lull_refault_start(void);                         /* reclaim thread start *
 void lull_refault_after_purge(void *addr, size_t len); /* before the slices are released */
 void lull_refault_tick(uint32_t now_ms);
 void lull_refault_after_fork_child(void);
+/* Pages of purged slices seen in use again, a count: the monitor's own where
+ * the kernel tells it which pages came back, else 16 for each purged slice
+ * taken again (the arena's accounting). */
+uint64_t lull_refault_pages_back(void);
+/* The monitor's page count (the reclaim thread adds what each scan finds;
+ * a test that fakes demand adds to it, and to the policy's
+ * refaulted_slices for the accounting). */
+extern _Atomic uint64_t lull_refault_pages_seen;
 /* Fill the refault fields of the counter page; returns the mechanism. */
 uint64_t lull_refault_fill_counters(struct lull_counters *out);
 

@@ -14,9 +14,9 @@
 #define STEP_RUNS 64
 
 static struct {
-    uint64_t last_demand;     /* refaulted + first-use slices at the last tick */
+    uint64_t last_demand;     /* lull_refault_pages_back() at the last tick */
     uint32_t last_refault_ms; /* when the demand last grew */
-    uint64_t recent_refault_slices;
+    uint64_t recent_refault_pages;
     lull_warm_stats stats;
 } W;
 
@@ -174,19 +174,25 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
      * MiB of bench/demo.sh) made the reserve prefault 64 MiB ahead of it
      * and keep it LULL_WARM_IDLE_MS, and each fork copied its page tables;
      * without them bench/burst.c still takes 3-70 faults a burst against
-     * 25,000-36,000 with purge_delay_ms=0 (tests/test_warm_first_use.c). */
-    uint64_t demand = atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed);
+     * 25,000-36,000 with purge_delay_ms=0 (tests/test_warm_first_use.c).
+     * Counted in pages where the refault monitor sees them: a purged slice
+     * taken again for a span that writes one page of it was a slice of
+     * demand, and the reserve prefaulted all 16 pages for each (a program
+     * of short threads, bench/footprint.c short_threads: peak RSS 2.8-4.2
+     * MiB against 2.8-2.9 with warm_reserve_mb=0). */
+    uint64_t demand = lull_refault_pages_back();
     if (demand != W.last_demand) {
         /* a working set is coming back: remember how much of it */
         uint64_t d = demand - W.last_demand;
-        W.recent_refault_slices = W.recent_refault_slices / 2 + d;
+        W.recent_refault_pages = W.recent_refault_pages / 2 + d;
         W.last_refault_ms = now;
         W.last_demand = demand;
     }
     size_t bound =
         __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> LULL_SLICE_SHIFT;
     bool active = W.last_refault_ms && (int32_t)(now - W.last_refault_ms) < LULL_WARM_IDLE_MS;
-    size_t target = active ? (size_t)W.recent_refault_slices : 0;
+    uint64_t per_slice = LULL_SLICE_SIZE / LULL_PAGE_SIZE;
+    size_t target = active ? (size_t)((W.recent_refault_pages + per_slice - 1) / per_slice) : 0;
     if (target > bound) target = bound;
     __atomic_store_n(&W.stats.target_bytes, (uint64_t)target << LULL_SLICE_SHIFT, __ATOMIC_RELAXED);
     size_t have = warm_slices();
@@ -241,7 +247,7 @@ uint64_t lull_warm_reserve_drain_all(struct purge_backend *b) {
         bytes += got;
     /* the demand seen so far is answered: no prefault until purged slices
      * come back into use again */
-    W.recent_refault_slices = 0;
+    W.recent_refault_pages = 0;
     W.last_refault_ms = 0;
     H.demand = 0;
     H.last_growth_ms = 0;

@@ -32,6 +32,7 @@
 #include "reclaim/huge_cache.h"
 #include "reclaim/policy.h"
 #include "reclaim/reclaim.h"
+#include "reclaim/refault.h"
 #include "src/span.h"
 #include "tests/support/mem_check.h"
 #include "tests/support/reexec.h"
@@ -514,7 +515,9 @@ Test(limits, purge_all_purges_everything_free_whatever_the_delay, .init = setup)
         lull_free(blocks[i]);
     lull_free(h); /* cached, dirty */
     park_pages();
+    /* 64 slices of demand, as the monitor or the accounting counts it */
     atomic_fetch_add(&lull_the_policy.refaulted_slices, 64);
+    atomic_fetch_add(&lull_refault_pages_seen, 64 * 16);
     cr_assert(lull_reclaim_now());
     /* and "never" */
     lull_set_purge_delay_ms(-1);
