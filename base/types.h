@@ -304,12 +304,19 @@ typedef struct lull_heap {
     uint32_t kept_next;
     uint32_t outbox_pending; /* bit i: outbox[i] holds blocks */
     lull_outbox_slot outbox[LULL_OUTBOX_SLOTS];
+    /* ---- written by other threads: a line of their own, ahead of the
+     * large per-class arrays below, most of which a thread never touches:
+     * at the end it was one more of the heap's pages resident ---- */
+    _Alignas(64) _Atomic(lull_span *) remote_spans; /* spans that got remote frees */
+    /* messages of remote frees (src/outbox.c), one list: each message's
+     * tail links to the message pushed before it */
+    _Atomic(lull_block *) inbox;
     /* src/reuse.h: blocks of other heaps' spans this thread freed and hands
      * out again itself. reuse[c] is a stand-in span descriptor: its `free`
      * is the list of class c (linked as a span's free list, all of one
      * segment), minus its `used` the count, so that direct[] can lead
      * malloc's fast path to it */
-    uint8_t reuse_direct[LULL_CLASSES]; /* direct[] of the class leads to reuse[c] */
+    _Alignas(64) uint8_t reuse_direct[LULL_CLASSES]; /* direct[] of the class leads to reuse[c] */
     /* at least the bytes on the lists: pops by malloc's fast path do not
      * take theirs off (lull_reuse_fits counts again at the bound) */
     uint32_t reuse_bytes;
@@ -329,11 +336,6 @@ typedef struct lull_heap {
     lull_defrag_view defrag[LULL_CLASSES];
     /* the sampled heap profile's windows (src/profile.h); NULL when off */
     struct lull_heap_profile *profile;
-    /* ---- written by other threads: a line of their own ---- */
-    _Alignas(64) _Atomic(lull_span *) remote_spans; /* spans that got remote frees */
-    /* messages of remote frees (src/outbox.c), one list: each message's
-     * tail links to the message pushed before it */
-    _Atomic(lull_block *) inbox;
 } lull_heap;
 
 #endif
