@@ -1,12 +1,14 @@
 /* The module registry; see module.h. */
 #include "base/module.h"
+#include "base/fork_exec.h"
 
 #include <stddef.h>
 
-static lull_module_hooks modules[LULL_MAX_MODULES];
-static int module_count;
+/* written by the library constructor, read by the fork handlers */
+static LULL_FORK_EXEC_DATA lull_module_hooks modules[LULL_MAX_MODULES];
+static LULL_FORK_EXEC_DATA int module_count;
 
-void lull_register_module(const lull_module_hooks *hooks) {
+LULL_FORK_EXEC_TEXT void lull_register_module(const lull_module_hooks *hooks) {
     if (module_count < LULL_MAX_MODULES) modules[module_count++] = *hooks;
 }
 
@@ -25,7 +27,7 @@ static void (*hook_of(const lull_module_hooks *m, lull_module_event event))(void
     }
 }
 
-void lull_modules_run(lull_module_event event, int reversed) {
+LULL_FORK_EXEC_TEXT void lull_modules_run(lull_module_event event, int reversed) {
     for (int k = 0; k < module_count; k++) {
         const lull_module_hooks *m = &modules[reversed ? module_count - 1 - k : k];
         void (*fn)(void) = hook_of(m, event);
@@ -33,9 +35,9 @@ void lull_modules_run(lull_module_event event, int reversed) {
     }
 }
 
-static void (*starter)(void);
+static LULL_FORK_EXEC_DATA void (*starter)(void);
 
-void lull_modules_set_starter(void (*start)(void)) {
+LULL_FORK_EXEC_TEXT void lull_modules_set_starter(void (*start)(void)) {
     __atomic_store_n(&starter, start, __ATOMIC_RELEASE);
 }
 

@@ -1,13 +1,14 @@
 /* The resident estimate and the heap limit; see resident.h. */
 #include "base/resident.h"
 #include "base/config.h"
+#include "base/fork_exec.h"
 
 #include <errno.h>
 #include <stdatomic.h>
 
 static _Atomic uint64_t resident;
 static _Atomic uint64_t refusals;
-bool (*lull_resident_relief_hook)(void);
+LULL_FORK_EXEC_DATA bool (*lull_resident_relief_hook)(void); /* set by the constructor */
 
 void lull_resident_add(uint64_t bytes) {
     atomic_fetch_add_explicit(&resident, bytes, memory_order_relaxed);

@@ -283,6 +283,8 @@ typedef struct lull_heap {
     struct lull_arena *arena;
     struct lull_heap *next_all; /* registry of every heap */
     struct lull_heap *next_abandoned;
+    /* for a debugger only: the thread that took it (0 abandoned, -2 the
+     * late heap); a fork child keeps the parent's (src/heap.c) */
     pid_t owner_tid;
     int node;
     bool node_pinned; /* lull_thread_set_node() */

@@ -10,12 +10,14 @@
 #include "base/os.h"
 #include "base/resident.h"
 #include "base/segment_map.h"
+#include "base/fork_exec.h"
 
 #include <errno.h>
 #include <string.h>
 #include <time.h>
 
-lull_arena lull_arenas[LULL_MAX_NODES];
+/* with their locks, which a fork child resets (base/fork_exec.h) */
+LULL_FORK_EXEC_DATA lull_arena lull_arenas[LULL_MAX_NODES];
 int lull_arena_count = 1;
 void (*lull_segment_prepare_hook)(void *segment, size_t len, int node);
 
@@ -28,9 +30,9 @@ static struct {
     void (*purged)(uint32_t);
     void (*span_given_back)(void);
     void (*span_taking)(void);
-} listener;
+} listener LULL_FORK_EXEC_DATA;
 
-void lull_arena_listen(const lull_arena_listener *l) {
+LULL_FORK_EXEC_TEXT void lull_arena_listen(const lull_arena_listener *l) {
     __atomic_store_n(&listener.reused, l->reused, __ATOMIC_RELEASE);
     __atomic_store_n(&listener.purged, l->purged, __ATOMIC_RELEASE);
     __atomic_store_n(&listener.span_given_back, l->span_given_back, __ATOMIC_RELEASE);
@@ -419,9 +421,9 @@ void lull_arena_purge_failed(const lull_slice_run *r) {
 /* The reclaim thread's steps hold its step lock across fork, so a slice is
  * PURGING here only if a claim outside them (a test's direct call) left it
  * so; it is in no other map, and dirty is where it came from. */
-void lull_arenas_after_fork_child(void) {
+LULL_FORK_EXEC_TEXT void lull_arenas_after_fork_child(void) {
     for (int i = 0; i < LULL_MAX_NODES; i++) {
-        pthread_mutex_init(&lull_arenas[i].lock, NULL);
+        lull_mutex_reset_in_child(&lull_arenas[i].lock);
         for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
             lull_slices_after_fork(s);
     }

@@ -5,6 +5,7 @@
 #include "base/os.h"
 #include "base/resident.h"
 #include "base/segment_map.h"
+#include "base/fork_exec.h"
 
 #include "numa/arena.h"
 #include "base/fault.h"
@@ -16,7 +17,8 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-void (*lull_huge_release_hook)(lull_huge *h);
+/* both set by the library constructor (base/fork_exec.h) */
+LULL_FORK_EXEC_DATA void (*lull_huge_release_hook)(lull_huge *h);
 lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
 
 static lull_huge_accounting *acct_of(const lull_huge *h) {
@@ -26,7 +28,7 @@ static lull_huge_accounting *acct_of(const lull_huge *h) {
 #define ACCT_ADD(field, v) atomic_fetch_add_explicit(&a->field, (v), memory_order_relaxed)
 #define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
-lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
+LULL_FORK_EXEC_DATA lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
 
 /* Take back a freed huge mapping that fits `size`: no mmap, and no page
  * faults either while it is still dirty. */

@@ -11,6 +11,7 @@
 #include "base/config.h"
 #include "numa/home_arena.h"
 #include "base/module.h"
+#include "base/fork_exec.h"
 #include "base/message.h"
 
 #include <errno.h>
@@ -116,12 +117,12 @@ int lull_numa_arena_of_node(int node) {
     return node >= 0 ? arena_of_node(node) : home_arena();
 }
 
-bool lull_numa_start_loads_library(void) {
+LULL_FORK_EXEC_TEXT bool lull_numa_start_loads_library(void) {
     /* the configuration is not loaded yet: numa=off may still say no */
     return numa_topology_needs_libnuma();
 }
 
-void lull_numa_register(void) {
+LULL_FORK_EXEC_TEXT void lull_numa_register(void) {
     static const lull_module_hooks hooks = {.start = numa_start};
     lull_register_module(&hooks);
 }

@@ -4,6 +4,7 @@
 #include "base/bitmap.h"
 #include "base/race.h"
 #include "base/resident.h"
+#include "base/fork_exec.h"
 
 static _Atomic uint64_t *map_of(lull_segment *s, lull_slice_state st) {
     lull_slice_maps *m = lull_slice_maps_of(s);
@@ -176,7 +177,7 @@ void lull_slices_clear_lazy(lull_segment *s, unsigned w, uint64_t bits) {
 
 /* The estimate stays: a direct claim is of dirty slices (counted in
  * PURGING as in dirty). */
-void lull_slices_after_fork(lull_segment *s) {
+LULL_FORK_EXEC_TEXT void lull_slices_after_fork(lull_segment *s) {
     lull_slice_maps *m = lull_slice_maps_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
         /* read first: a write to a word that is 0 already would copy the

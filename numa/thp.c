@@ -4,6 +4,7 @@
 #include "base/os.h"
 #include "numa/parked_pages.h"
 #include "numa/slice_state.h"
+#include "base/fork_exec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +42,7 @@ static bool system_allows(void) {
     return strstr(buf, "[never]") == NULL;
 }
 
-lull_thp_state lull_thp_state_now(void) {
+LULL_FORK_EXEC_TEXT lull_thp_state lull_thp_state_now(void) { /* a fork child asks */
     int s = atomic_load_explicit(&state, memory_order_relaxed);
     if (s >= 0) return (lull_thp_state)s;
     s = lull_config.thp == LULL_THP_NEVER ? LULL_THP_OFF

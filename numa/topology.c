@@ -9,6 +9,7 @@
 #include "numa/topology.h"
 #include "base/fault.h"
 #include "base/message.h"
+#include "base/fork_exec.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -145,7 +146,7 @@ static uint64_t meminfo_field(const char *text, const char *key) {
 }
 
 /* "/sys", or a fake tree for tests (numa_topology_set_sysfs_root). */
-static char sysfs_root[128] = "/sys";
+static LULL_FORK_EXEC_DATA char sysfs_root[128] = "/sys"; /* the constructor reads it */
 
 /* Read <sysfs_root>/<rel> (rel may hold one %d). */
 static int read_sysfs(const char *rel, int n, char *buf, size_t size) {
@@ -380,7 +381,7 @@ static void detect_single(struct numa_topology *t) {
         t->node_cpus[0][c / 64] &= ~(1ull << (c % 64));
 }
 
-static bool libnuma_always;
+static LULL_FORK_EXEC_DATA bool libnuma_always;
 
 void numa_topology_always_libnuma(bool on) {
     libnuma_always = on;
@@ -392,7 +393,7 @@ void numa_topology_always_libnuma(bool on) {
  * Firecracker guest (a fork+exec of /bin/true, a child that execs at once,
  * pays it in full); and a machine whose firmware declares nodes it never
  * brings up has "0-1" there with memory on node 0 alone. */
-static bool only_node_0_allowed(void) {
+LULL_FORK_EXEC_TEXT static bool only_node_0_allowed(void) {
     unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
     if (syscall(SYS_get_mempolicy, NULL, mask, (unsigned long)(8 * sizeof mask), NULL,
                 (unsigned long)MPOL_F_MEMS_ALLOWED) != 0)
@@ -406,7 +407,7 @@ static bool only_node_0_allowed(void) {
 /* One node is all there is for lull: the process may allocate on node 0
  * alone, or the kernel can never bring up a second (sysfs says all there
  * is; a test's fake tree is read alone). */
-static bool one_possible_node(void) {
+LULL_FORK_EXEC_TEXT static bool one_possible_node(void) {
     if (strcmp(sysfs_root, "/sys") == 0 && only_node_0_allowed()) return true;
     char buf[64];
     /* the real tree without snprintf: this runs in every process's
@@ -417,7 +418,7 @@ static bool one_possible_node(void) {
     return r > 0 && strcmp(buf, "0\n") == 0;
 }
 
-bool numa_topology_needs_libnuma(void) {
+LULL_FORK_EXEC_TEXT bool numa_topology_needs_libnuma(void) {
     return libnuma_always || !one_possible_node();
 }
 

@@ -4,6 +4,7 @@
  * EINVAL), so the open probes it on a scratch page. */
 #include "reclaim/purge_backend.h"
 #include "base/fault.h"
+#include "base/fork_exec.h"
 
 #include <errno.h>
 #include <sys/mman.h>
@@ -48,7 +49,7 @@ int purge_pm_open(purge_backend *b, const purge_range *probe, const char **what)
     return 0;
 }
 
-void purge_pm_close(purge_backend *b, bool fd_ok) {
+LULL_FORK_EXEC_TEXT void purge_pm_close(purge_backend *b, bool fd_ok) { /* a fork child runs it */
     if (b->pidfd >= 0 && fd_ok) close(b->pidfd);
     b->pidfd = -1;
     b->pm_ok = false;

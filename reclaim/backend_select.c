@@ -2,6 +2,7 @@
  * checks, batching, dispatch), degradation, close and fork. */
 #include "reclaim/purge_backend.h"
 #include "base/message.h"
+#include "base/fork_exec.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -147,7 +148,7 @@ void purge_backend_close(purge_backend *b) {
     b->is_open = false;
 }
 
-void purge_backend_forget_after_fork(purge_backend *b) {
+LULL_FORK_EXEC_TEXT void purge_backend_forget_after_fork(purge_backend *b) {
     /* The ring's pages are MADV_DONTFORK (not mapped here): never read or
      * unmap them, or the addresses may already hold the child's memory. The
      * pidfd names the parent: never use it. Only the fds are ours to close,

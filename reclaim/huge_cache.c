@@ -4,6 +4,7 @@
 #include "base/config.h"
 #include "base/resident.h"
 #include "numa/huge.h"
+#include "base/fork_exec.h"
 
 #include <stdatomic.h>
 
@@ -19,8 +20,9 @@ static _Atomic uint32_t freed_ms[LULL_HUGE_CACHE_SLOTS];
 static _Atomic uint32_t misses;
 static _Atomic uint32_t misses_at_put[LULL_HUGE_CACHE_SLOTS];
 /* map_len of the cached mappings: reserved before an entry goes in,
- * released after it came out, so it is never below what the slots hold. */
-static _Atomic uint64_t cached_bytes;
+ * released after it came out, so it is never below what the slots hold:
+ * 0 in a fork child, and the child reads no slot (base/fork_exec.h). */
+static LULL_FORK_EXEC_DATA _Atomic uint64_t cached_bytes;
 
 /* A freed block moves between `freed` (huge.c's terms) and the cache's own
  * words. Into the cache: out of `freed` first; out of the cache: into
@@ -226,7 +228,9 @@ bool lull_huge_cache_block_resident(int state) {
     return block_resident(state);
 }
 
-void lull_huge_cache_after_fork_child(void) {
+LULL_FORK_EXEC_TEXT void lull_huge_cache_after_fork_child(void) {
+    lull_huge_queue_after_fork_child();
+    if (!atomic_load_explicit(&cached_bytes, memory_order_relaxed)) return; /* nothing cached */
     uint64_t bytes = 0;
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         uint64_t w = atomic_load_explicit(&slots[i], memory_order_relaxed);
@@ -239,5 +243,4 @@ void lull_huge_cache_after_fork_child(void) {
         bytes += e.h->map_len; /* one thread here: nobody unmaps it meanwhile */
     }
     atomic_store_explicit(&cached_bytes, bytes, memory_order_relaxed);
-    lull_huge_queue_after_fork_child();
 }

@@ -44,6 +44,7 @@
  * child counts queued_bytes again. */
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_word.h"
+#include "base/fork_exec.h"
 
 #include <stdatomic.h>
 
@@ -54,7 +55,7 @@ static _Atomic uint64_t slots[LULL_HUGE_QUEUE_SLOTS];
 static _Atomic uint32_t slot_seq[LULL_HUGE_QUEUE_SLOTS];
 static _Atomic uint32_t next_seq;
 static lull_huge *_Atomic overflow;
-static _Atomic uint64_t queued_bytes;
+static LULL_FORK_EXEC_DATA _Atomic uint64_t queued_bytes; /* 0: nothing queued */
 
 static void bytes_add(uint64_t v) {
     atomic_fetch_add_explicit(&queued_bytes, v, memory_order_relaxed);
@@ -167,7 +168,9 @@ lull_huge *lull_huge_queue_take_all(void) {
     return list;
 }
 
-void lull_huge_queue_after_fork_child(void) {
+LULL_FORK_EXEC_TEXT void lull_huge_queue_after_fork_child(void) {
+    /* never below what is queued: 0, and the child reads no slot */
+    if (!atomic_load_explicit(&queued_bytes, memory_order_relaxed)) return;
     uint64_t bytes = 0; /* one thread here: nobody takes or unmaps meanwhile */
     lull_huge_queue_entry e;
     for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++)

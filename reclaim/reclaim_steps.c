@@ -6,13 +6,14 @@
 #include "reclaim/refault.h"
 #include "reclaim/warm_reserve.h"
 #include "base/race.h"
+#include "base/fork_exec.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
 
 /* Held across each step that moves slices or huge mappings through a
  * state no map, slot or queue records, and by fork's prepare handler. */
-static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
+static LULL_FORK_EXEC_DATA pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void lull_steps_lock(void) {
     pthread_mutex_lock(&step_lock);
@@ -22,8 +23,8 @@ void lull_steps_unlock(void) {
     pthread_mutex_unlock(&step_lock);
 }
 
-void lull_steps_after_fork_child(void) {
-    pthread_mutex_init(&step_lock, NULL);
+LULL_FORK_EXEC_TEXT void lull_steps_after_fork_child(void) {
+    lull_mutex_reset_in_child(&step_lock);
 }
 
 #define STAT_ADD(st, field, v) __atomic_fetch_add(&(st)->field, (v), __ATOMIC_RELAXED)

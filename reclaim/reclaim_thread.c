@@ -34,6 +34,7 @@
 #include "reclaim/warm_reserve.h"
 #include "base/config.h"
 #include "base/fault.h"
+#include "base/fork_exec.h"
 #include "numa/huge.h"
 #include "base/module.h"
 #include "base/message.h"
@@ -74,14 +75,14 @@ static struct {
     _Atomic bool started;
     purge_backend backend;    /* the reclaim thread's alone */
     lull_reclaim_stats stats; /* written by the reclaim thread, read relaxed */
-} R;
+} R LULL_FORK_EXEC_DATA;      /* a fork child resets it */
 
-_Atomic int lull_reclaim_deferred;
+LULL_FORK_EXEC_DATA _Atomic int lull_reclaim_deferred;
 
 /* Hooks for the modules that ride on the tick (refault monitor, counter
  * page). Each runs on the reclaim thread. */
-void (*lull_reclaim_tick_hook)(void);
-void (*lull_reclaim_thread_start_hook)(void);
+LULL_FORK_EXEC_DATA void (*lull_reclaim_tick_hook)(void);
+LULL_FORK_EXEC_DATA void (*lull_reclaim_thread_start_hook)(void);
 
 /* atomic: a caller's lull_purge_all counts here too when no thread runs */
 #define STAT_ADD(field, v) __atomic_fetch_add(&R.stats.field, (v), __ATOMIC_RELAXED)
@@ -239,8 +240,8 @@ static void *reclaim_main(void *arg) {
 /* The CPUs the process could run on when it started: the thread starts on
  * first need, on whichever thread needed it, and must not inherit that
  * thread's pinning (a worker pinned to one CPU would pin it there too). */
-static cpu_set_t start_cpus;
-static bool start_cpus_known;
+static LULL_FORK_EXEC_DATA cpu_set_t start_cpus;
+static LULL_FORK_EXEC_DATA bool start_cpus_known;
 
 /* cpus NULL: the creator's CPU set. The class is always SCHED_OTHER at
  * first (set_sched_class sets the configured one): a SCHED_FIFO creator
@@ -311,24 +312,36 @@ static void start_deferred(void) {
         }
 }
 
-/* lull_now_ms() when the thread was deferred (process start, fork) */
-static _Atomic uint32_t deferred_since_ms;
+/* lull_now_ms() + 1 when the thread was deferred: at the modules' start,
+ * and in a fork child at its first start point (0 until then), not in its
+ * fork handler, where the clock's libc and vDSO pages were 2 of a child's
+ * page faults; a child that execs or exits at once never reads it. */
+static LULL_FORK_EXEC_DATA _Atomic uint32_t deferred_since_ms;
 
-void lull_reclaim_note_start_cpus(void) {
+LULL_FORK_EXEC_TEXT void lull_reclaim_note_start_cpus(void) {
     /* once, at the process's start: a fork child keeps the parent's set
      * (the forking thread may be pinned) */
     if (!start_cpus_known)
-        start_cpus_known = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
+        /* the system call (it returns the bytes it wrote; the rest of the
+         * set is zero already): libc's wrapper is a page fault of every
+         * process start of its own, its syscall() is not (the NUMA check
+         * right after uses it) */
+        start_cpus_known = syscall(SYS_sched_getaffinity, 0, sizeof start_cpus, &start_cpus) > 0;
 }
 
-static void defer_start(void) {
-    lull_reclaim_note_start_cpus();
-    atomic_store(&deferred_since_ms, lull_now_ms());
+/* since: deferred_since_ms's value (0: noted at the first start point) */
+LULL_FORK_EXEC_TEXT static void defer(uint32_t since) {
+    atomic_store(&deferred_since_ms, since);
     /* with thp on, the thread is what forms huge pages: wanted from the
      * start, it starts at the first span taken (bench/thp.c's heap, which
      * frees nothing for a while, had no huge page at all) */
     atomic_store(&lull_reclaim_deferred,
                  lull_thp_on() ? LULL_RECLAIM_WANTED : LULL_RECLAIM_DEFERRED);
+}
+
+static void defer_start(void) {
+    lull_reclaim_note_start_cpus();
+    defer(lull_now_ms() + 1);
 }
 
 __thread bool lull_reclaim_no_start __attribute__((tls_model("initial-exec")));
@@ -341,10 +354,17 @@ void lull_reclaim_want_slow(void) {
 void lull_reclaim_start_point_slow(void) {
     if (lull_reclaim_no_start) return;
     int s = atomic_load(&lull_reclaim_deferred);
-    if (s == LULL_RECLAIM_WANTED ||
-        (s == LULL_RECLAIM_DEFERRED &&
-         lull_now_ms() - atomic_load(&deferred_since_ms) >= LULL_RECLAIM_START_AFTER_MS))
+    if (s == LULL_RECLAIM_WANTED) {
         start_deferred();
+        return;
+    }
+    if (s != LULL_RECLAIM_DEFERRED) return;
+    uint32_t since = atomic_load(&deferred_since_ms);
+    if (!since) { /* a fork child's first start point: its second counts from here */
+        atomic_compare_exchange_strong(&deferred_since_ms, &since, lull_now_ms() + 1);
+        return;
+    }
+    if (lull_now_ms() - (since - 1) >= LULL_RECLAIM_START_AFTER_MS) start_deferred();
 }
 
 void lull_reclaim_start_now(void) {
@@ -542,13 +562,18 @@ static void reclaim_fork_parent(void) {
     lull_steps_unlock();
 }
 
-static void reclaim_fork_child(void) {
+LULL_FORK_EXEC_TEXT static void reclaim_fork_child(void) {
     lull_steps_after_fork_child();
     /* the parent's reclaim thread does not exist here, and its ring must
      * never be used: forget it. A thread of our own starts on first need
-     * (reclaim.h), never here: the child stays single-threaded until then */
+     * (reclaim.h), never here: the child stays single-threaded until then.
+     * That thread opened its backend before its refault monitor
+     * (reclaim_main), and the child has all it stored up to the fork:
+     * with no backend open, there is no monitor to forget either (and
+     * refault.c's page of text is not faulted in). */
+    bool opened = R.backend.is_open;
     purge_backend_forget_after_fork(&R.backend);
-    lull_refault_after_fork_child();
+    if (opened) lull_refault_after_fork_child();
     lull_huge_cache_after_fork_child();
     bool wanted =
         atomic_load(&R.running) || atomic_load(&lull_reclaim_deferred) != LULL_RECLAIM_NOT_DEFERRED;
@@ -559,7 +584,7 @@ static void reclaim_fork_child(void) {
     atomic_store(&R.force_pending, 0);
     memset(&R.stats, 0, sizeof R.stats);
     if (wanted)
-        defer_start();
+        defer(0); /* its second counts from its first start point */
     else
         atomic_store(&lull_reclaim_deferred, LULL_RECLAIM_NOT_DEFERRED);
 }
@@ -582,7 +607,7 @@ static void span_taking(void) {
 
 void (*lull_reclaim_collect_hook)(void);
 
-void lull_reclaim_register(void) {
+LULL_FORK_EXEC_TEXT void lull_reclaim_register(void) {
     static const lull_arena_listener listener = {
         .reused = policy_reused,
         .purged = policy_purged,

@@ -9,6 +9,7 @@
 #include "lull.h"
 #include "base/fault.h"
 #include "base/message.h"
+#include "base/fork_exec.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -37,22 +38,25 @@
 /* The object: the published struct, then the request block. */
 #define PAGE_BYTES ((size_t)LULL_COUNTERS_FILE_SIZE)
 
+/* The state a fork child resets and its exit and exec wrappers read, with
+ * the rest of what a fork+exec touches (base/fork_exec.h). */
+
 /* The mapping, published with seq_cst so that close and publish agree on
  * who may touch it (see counter_page_close). */
-static struct lull_counters *page;
+static LULL_FORK_EXEC_DATA struct lull_counters *page;
 /* Number of counter_page_publish() calls that may be using `page`. */
-static int publishing;
-static char page_name[NAME_MAX_LEN + 2];
-static pid_t page_owner;
+static LULL_FORK_EXEC_DATA int publishing;
+static LULL_FORK_EXEC_DATA char page_name[NAME_MAX_LEN + 2];
+static LULL_FORK_EXEC_DATA pid_t page_owner;
 /* The thread that opened the page: its only writer. */
 static pthread_t page_writer;
 static uint64_t page_size_cached;
 /* The mapping is MADV_DONTFORK: a fork child does not have it. */
-static bool page_dontfork;
+static LULL_FORK_EXEC_DATA bool page_dontfork;
 /* The last profile_request value answered (the writer's own copy: the
  * page's profile_done is never read back). 0 for a new page, which is
  * zero-filled. Only the writer touches it. */
-static uint64_t request_served;
+static LULL_FORK_EXEC_DATA uint64_t request_served;
 
 /* The life-cycle gate between the page's creation (on the reclaim thread)
  * and the ends of the process (exit, _exit, exec on any thread): `opening`
@@ -61,13 +65,13 @@ static uint64_t request_served;
  * Dekker): an open that sees `ending` gives up, an end that sees `opening`
  * waits for the open to finish (for a second at most), and then finds the
  * page and removes it. So no page is created that an end does not remove. */
-static int opening, ending;
+static LULL_FORK_EXEC_DATA int opening, ending;
 /* An exec failed, or an open gave up because of one: open again. */
-static int reopen_wanted;
+static LULL_FORK_EXEC_DATA int reopen_wanted;
 /* This process as lull knows it: set at start and in a fork child. A
  * vfork child (or a raw clone) runs on the parent's memory with another
  * pid: it must not touch the parent's page or flags. */
-static pid_t self_pid;
+static LULL_FORK_EXEC_DATA pid_t self_pid;
 
 /* Decimal digits of v into buf (NUL-terminated); returns the length. */
 static size_t format_u64(char *buf, uint64_t v) {
@@ -610,7 +614,7 @@ static void remove_own_profile(void) {
 
 /* --------------------------------------------------------------- close */
 
-void counter_page_close(void) {
+LULL_FORK_EXEC_TEXT void counter_page_close(void) {
     struct lull_counters *p = __atomic_exchange_n(&page, NULL, __ATOMIC_SEQ_CST);
     if (!p) return;
     /* A publication that saw the page before we retracted it is still
@@ -629,7 +633,7 @@ void counter_page_close(void) {
     page_owner = 0;
 }
 
-void counter_page_after_fork_child(void) {
+LULL_FORK_EXEC_TEXT void counter_page_after_fork_child(void) {
     /* Only the forking thread exists here; a publication the parent's
      * reclaim thread was making at fork time is not running in the child,
      * nor an open, nor an exec. */
@@ -645,7 +649,7 @@ void counter_page_after_fork_child(void) {
     self_pid = getpid();
 }
 
-const char *counter_page_name(void) {
+LULL_FORK_EXEC_TEXT const char *counter_page_name(void) {
     return __atomic_load_n(&page, __ATOMIC_SEQ_CST) ? page_name : NULL;
 }
 
@@ -658,7 +662,7 @@ const volatile struct lull_counters *counter_page_mapping(void) {
 /* On the way out (any thread): no page may be created from now on, and one
  * being created is waited for. false in a process that is not ours (a
  * vfork child: the memory is the parent's). */
-static bool gate_enter(void) {
+LULL_FORK_EXEC_TEXT static bool gate_enter(void) {
     if (!self_pid || getpid() != self_pid) return false;
     __atomic_fetch_add(&ending, 1, __ATOMIC_SEQ_CST);
     /* An open takes microseconds, with a stale page's check up to 0.1 s.
@@ -669,7 +673,7 @@ static bool gate_enter(void) {
     return true;
 }
 
-void counter_page_at_exit(void) {
+LULL_FORK_EXEC_TEXT void counter_page_at_exit(void) {
     if (gate_enter()) counter_page_close();
 }
 
@@ -695,7 +699,7 @@ static struct {
     execveat_fn execveat;
     fexecve_fn fexecve;
     exit_fn exit_, Exit;
-} real;
+} real LULL_FORK_EXEC_DATA;
 
 static void resolve_real(void) {
     real.execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
@@ -710,7 +714,7 @@ static void resolve_real(void) {
 
 /* Before an exec: the page goes (gate, close). Returns what exec_failed()
  * needs to undo: 0 nothing, 1 the gate, 2 the gate and a page to reopen. */
-static int exec_begin(void) {
+LULL_FORK_EXEC_TEXT static int exec_begin(void) {
     if (!gate_enter()) return 0;
     bool had = counter_page_name() != NULL;
     counter_page_close();
@@ -718,7 +722,7 @@ static int exec_begin(void) {
 }
 
 /* The exec returned: it failed, and the process runs on as it was. */
-static void exec_failed(int how) {
+LULL_FORK_EXEC_TEXT static void exec_failed(int how) {
     if (!how) return;
     int e = errno;
     if (how == 2) __atomic_store_n(&reopen_wanted, 1, __ATOMIC_RELAXED);
@@ -726,7 +730,7 @@ static void exec_failed(int how) {
     errno = e;
 }
 
-static void exit_begin(void) {
+LULL_FORK_EXEC_TEXT static void exit_begin(void) {
     if (!gate_enter()) return;
     /* the name only: other threads may still publish into the mapping,
      * and the kernel unmaps it in a moment */
@@ -736,14 +740,14 @@ static void exit_begin(void) {
     }
 }
 
-LULL_EXPORT void _exit(int status) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT void _exit(int status) {
     exit_begin();
     if (real.exit_) real.exit_(status);
     for (;;)
         syscall(SYS_exit_group, status);
 }
 
-LULL_EXPORT void _Exit(int status) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT void _Exit(int status) {
     exit_begin();
     if (real.Exit) real.Exit(status);
     for (;;)
@@ -752,7 +756,8 @@ LULL_EXPORT void _Exit(int status) {
 
 extern char **environ;
 
-LULL_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execve(const char *path, char *const argv[],
+                                           char *const envp[]) {
     int how = exec_begin();
     int r =
         real.execve ? real.execve(path, argv, envp) : (int)syscall(SYS_execve, path, argv, envp);
@@ -760,8 +765,8 @@ LULL_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
     return r;
 }
 
-LULL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
-                         int flags) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execveat(int dirfd, const char *path, char *const argv[],
+                                             char *const envp[], int flags) {
     int how = exec_begin();
     int r = real.execveat ? real.execveat(dirfd, path, argv, envp, flags)
                           : (int)syscall(SYS_execveat, dirfd, path, argv, envp, flags);
@@ -769,7 +774,7 @@ LULL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *
     return r;
 }
 
-LULL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int fexecve(int fd, char *const argv[], char *const envp[]) {
     int how = exec_begin();
     int r = real.fexecve ? real.fexecve(fd, argv, envp)
                          : (int)syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH);
@@ -777,7 +782,7 @@ LULL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
     return r;
 }
 
-LULL_EXPORT int execv(const char *path, char *const argv[]) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execv(const char *path, char *const argv[]) {
     int how = exec_begin();
     int r = real.execv ? real.execv(path, argv) : (int)syscall(SYS_execve, path, argv, environ);
     exec_failed(how);
@@ -785,7 +790,7 @@ LULL_EXPORT int execv(const char *path, char *const argv[]) {
 }
 
 /* The PATH searches have no system call of their own to fall back on. */
-LULL_EXPORT int execvp(const char *file, char *const argv[]) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execvp(const char *file, char *const argv[]) {
     if (!real.execvp) {
         errno = ENOSYS;
         return -1;
@@ -796,7 +801,8 @@ LULL_EXPORT int execvp(const char *file, char *const argv[]) {
     return r;
 }
 
-LULL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execvpe(const char *file, char *const argv[],
+                                            char *const envp[]) {
     if (!real.execvpe) {
         errno = ENOSYS;
         return -1;
@@ -826,7 +832,7 @@ LULL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]
         argv[i_] = va_arg(ap, char *);                                                             \
     argv[argv##_n] = NULL
 
-LULL_EXPORT int execl(const char *path, const char *arg, ...) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execl(const char *path, const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
     ARGV_FROM_LIST(argv, arg, ap);
@@ -834,7 +840,7 @@ LULL_EXPORT int execl(const char *path, const char *arg, ...) {
     return execv(path, argv);
 }
 
-LULL_EXPORT int execlp(const char *file, const char *arg, ...) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execlp(const char *file, const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
     ARGV_FROM_LIST(argv, arg, ap);
@@ -842,7 +848,7 @@ LULL_EXPORT int execlp(const char *file, const char *arg, ...) {
     return execvp(file, argv);
 }
 
-LULL_EXPORT int execle(const char *path, const char *arg, ...) {
+LULL_EXPORT LULL_FORK_EXEC_TEXT int execle(const char *path, const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
     ARGV_FROM_LIST(argv, arg, ap);

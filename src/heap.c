@@ -16,6 +16,7 @@
 #include "src/size_class.h"
 #include "src/span.h"
 #include "src/span_park.h"
+#include "base/fork_exec.h"
 
 #include <errno.h>
 #include <string.h>
@@ -30,7 +31,8 @@ lull_heap lull_heap_empty = {.direct = {[0 ... LULL_DIRECT_WORDS - 1] = &lull_sp
                              .reuse = {[0 ... LULL_CLASSES - 1] = {.used = LULL_REUSE_CLOSED}}};
 __thread lull_heap *lull_tl_heap __attribute__((tls_model("initial-exec"))) = &lull_heap_empty;
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+/* reset by a fork child, with the others fork holds (base/fork_exec.h) */
+static LULL_FORK_EXEC_DATA pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_heap *all_heaps;
 static lull_heap *abandoned[LULL_MAX_NODES];
 static uint8_t *chunk_next, *chunk_end;
@@ -48,7 +50,7 @@ static __thread bool tl_heap_done __attribute__((tls_model("initial-exec")));
 
 /* One heap for every such late allocation, used under late_lock; its
  * blocks freed later are remote frees, collected like an abandoned heap's. */
-static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
+static LULL_FORK_EXEC_DATA pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_heap *late_heap;
 
 static void heap_thread_exit(void *arg) {
@@ -537,13 +539,13 @@ void lull_heaps_fork_parent(void) {
     pthread_mutex_unlock(&late_lock);
 }
 
-void lull_heaps_fork_child(void) {
-    pthread_mutex_init(&registry_lock, NULL);
-    pthread_mutex_init(&late_lock, NULL);
-    /* The other threads' heaps may have been mid-update when fork copied
-     * them: they are never adopted in the child (their blocks stay allocated
-     * there; most children exec soon). The abandoned heaps were consistent. */
-    for (lull_heap *h = all_heaps; h; h = h->next_all)
-        if (h != lull_tl_heap && h->owner_tid != 0) h->owner_tid = -1; /* orphaned */
-    if (lull_tl_heap != &lull_heap_empty) lull_tl_heap->owner_tid = gettid();
+/* The other threads' heaps may have been mid-update when fork copied
+ * them: they are never adopted in the child (they are on no abandoned
+ * list; their blocks stay allocated there, and most children exec soon).
+ * The abandoned heaps were consistent. No heap is written here: each
+ * heap's owner_tid stays the parent's (a write would copy a page of every
+ * heap in every child, and a gettid() call, 2 of a child's page faults). */
+LULL_FORK_EXEC_TEXT void lull_heaps_fork_child(void) {
+    lull_mutex_reset_in_child(&registry_lock);
+    lull_mutex_reset_in_child(&late_lock);
 }

@@ -13,6 +13,7 @@
 #include "reclaim/reclaim.h"
 #include "base/config.h"
 #include "base/fault.h"
+#include "base/fork_exec.h"
 #include "src/heap.h"
 #include "src/profile.h"
 #include "base/message.h"
@@ -26,7 +27,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static _Atomic int init_state; /* 0 none, 1 running, 2 done */
+static LULL_FORK_EXEC_DATA _Atomic int init_state; /* 0 none, 1 running, 2 done */
 
 /* The modules' start: 0 the constructor has not run, 1 it put the start off
  * until the first allocation, 2 starting, 3 started. While one thread
@@ -34,7 +35,7 @@ static _Atomic int init_state; /* 0 none, 1 running, 2 done */
  * yet: the core reads what the start writes, the NUMA arenas and the home
  * node function), and an allocation nested in the start (on the starting
  * thread) goes on with the core alone. */
-static _Atomic int modules_state;
+static LULL_FORK_EXEC_DATA _Atomic int modules_state;
 static __thread bool tl_starting_modules __attribute__((tls_model("initial-exec")));
 
 static void start_modules(void) {
@@ -118,15 +119,41 @@ static void fork_parent(void) {
     lull_modules_run(LULL_MODULE_FORK_PARENT, 0);
 }
 
-static void fork_child(void) {
+LULL_FORK_EXEC_TEXT static void fork_child(void) {
     lull_arenas_after_fork_child();
     lull_heaps_fork_child();
     lull_modules_run(LULL_MODULE_FORK_CHILD, 0);
 }
 
-static void run_at_exit(void) {
+LULL_FORK_EXEC_TEXT static void run_at_exit(void *unused) {
+    (void)unused;
     lull_modules_run(LULL_MODULE_AT_EXIT, 1);
 }
+
+#ifdef __GLIBC__
+/* What glibc's pthread_atfork and atexit are: stubs of libc_nonshared.a
+ * linked into each library that calls them, which call these with the
+ * library's __dso_handle (so that dlclose drops its handlers). Linked last,
+ * they lie at the end of lull's text, a 64 KiB fault-around window of
+ * their own: one page fault of every process start. */
+extern void *__dso_handle __attribute__((weak, visibility("hidden")));
+int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void *dso);
+int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
+
+LULL_FORK_EXEC_TEXT static void register_fork_and_exit(void) {
+    __register_atfork(fork_prepare, fork_parent, fork_child, __dso_handle);
+    __cxa_atexit(run_at_exit, NULL, __dso_handle);
+}
+#else
+static void run_at_exit_void(void) {
+    run_at_exit(NULL);
+}
+
+static void register_fork_and_exit(void) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(run_at_exit_void);
+}
+#endif
 
 void lull_modules_register_all(void); /* modules.c: the list of modules */
 
@@ -134,12 +161,11 @@ static void ensure_started(void) {
     lull_ensure_init();
 }
 
-__attribute__((constructor(101))) static void lull_constructor(void) {
+LULL_FORK_EXEC_TEXT __attribute__((constructor(101))) static void lull_constructor(void) {
     lull_modules_set_starter(ensure_started);
     lull_reclaim_note_start_cpus(); /* before main() can pin this thread */
     lull_modules_register_all();
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-    atexit(run_at_exit);
+    register_fork_and_exit();
     /* Nothing allocated yet, and no library to load: the first allocation
      * starts everything. A preloaded /bin/true, which allocates nothing,
      * took 18 page faults and 12 system calls more than with an empty

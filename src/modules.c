@@ -5,12 +5,13 @@
 #include "numa/numa_module.h"
 #include "reclaim/reclaim.h"
 #include "base/module.h"
+#include "base/fork_exec.h"
 
 void lull_modules_register_all(void);
 void lull_stats_publish_register(void);
 void lull_profile_register(void);
 
-void lull_modules_register_all(void) {
+LULL_FORK_EXEC_TEXT void lull_modules_register_all(void) {
     lull_numa_register();
     lull_stats_publish_register();
     lull_reclaim_register();

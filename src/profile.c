@@ -23,6 +23,7 @@
 #include "src/profile_math.h"
 #include "base/config.h"
 #include "base/module.h"
+#include "base/fork_exec.h"
 #include "src/entry_text.h"
 #include "src/pprof_write.h"
 #include "src/profile_stack.h"
@@ -58,7 +59,8 @@ typedef struct {
     double objects, space;
 } sample_slot;
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* fork holds it; with the other locks a fork child resets (base/fork_exec.h) */
+static LULL_FORK_EXEC_DATA pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static stack_record *stacks;  /* MAX_STACKS */
 static uint32_t *stack_index; /* STACK_SLOTS: 1 + index into stacks, or 0 */
 static sample_slot *samples;  /* SAMPLE_SLOTS */
@@ -277,11 +279,11 @@ static void fork_parent(void) {
     pthread_mutex_unlock(&lock);
 }
 
-static void fork_child(void) {
-    pthread_mutex_init(&lock, NULL);
+LULL_FORK_EXEC_TEXT static void fork_child(void) {
+    lull_mutex_reset_in_child(&lock);
 }
 
-void lull_profile_register(void) {
+LULL_FORK_EXEC_TEXT void lull_profile_register(void) {
     static const lull_module_hooks hooks = {
         .fork_prepare = fork_prepare,
         .fork_parent = fork_parent,

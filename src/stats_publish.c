@@ -8,6 +8,7 @@
 #include "src/counter_page.h"
 #include "base/config.h"
 #include "base/module.h"
+#include "base/fork_exec.h"
 #include "src/profile_request.h"
 #include "src/stats.h"
 
@@ -24,7 +25,7 @@ extern void (*lull_reclaim_tick_hook)(void);
 extern void (*lull_reclaim_thread_start_hook)(void);
 void lull_stats_publish_register(void);
 
-static uint64_t last_publish_ns;
+static LULL_FORK_EXEC_DATA uint64_t last_publish_ns; /* 0 again in a fork child */
 static uint64_t thread_start_ns;
 static bool open_pending;
 
@@ -70,12 +71,12 @@ static void publish_tick(void) {
     if (mono_ns() - last_publish_ns >= (uint64_t)PUBLISH_EVERY_MS * 1000000u) publish_now();
 }
 
-static void publish_fork_child(void) {
+LULL_FORK_EXEC_TEXT static void publish_fork_child(void) {
     counter_page_after_fork_child();
     last_publish_ns = 0;
 }
 
-void lull_stats_publish_register(void) {
+LULL_FORK_EXEC_TEXT void lull_stats_publish_register(void) {
     static const lull_module_hooks hooks = {
         .start = counter_page_process_start,
         .fork_child = publish_fork_child,

@@ -1,0 +1,38 @@
+/* What a fork+exec runs of lull, kept on as few pages as possible: a fork
+ * child's handlers (src/init.c fork_child and the hooks it runs) and the
+ * exec and exit wrappers it goes through, then the library constructor of
+ * the program it execs. Neither process has these pages mapped yet (a
+ * child gets no page table entries for the library's text, and every
+ * page it writes is a copy; an exec starts from nothing), and each page
+ * fault costs some 4 us on a Firecracker guest.
+ *
+ * LULL_FORK_EXEC_TEXT: the functions go to .text.sorted.*, which GNU ld's
+ * default script lays out ahead of the rest of .text, the same name from
+ * every object file together (a plain section(".text.x") would be laid
+ * out object by object among the other functions): near _init, in the
+ * 64 KiB fault-around window the constructor's _init faults in anyway.
+ *
+ * LULL_FORK_EXEC_DATA: the variables they read or write go to .data1,
+ * which the default script puts after every object's .data, right before
+ * .bss: together, on the page the dynamic loader clears up to the end of
+ * the file's data (written at every start anyway).
+ *
+ * Another linker, or an older one, lays them out as it likes: nothing but
+ * the fault count depends on it. */
+#ifndef LULL_FORK_EXEC_H
+#define LULL_FORK_EXEC_H
+
+#include <pthread.h>
+
+#define LULL_FORK_EXEC_TEXT __attribute__((section(".text.sorted.lull_fork_exec")))
+#define LULL_FORK_EXEC_DATA __attribute__((section(".data1")))
+
+/* A default mutex that fork's prepare handler took, free again in the
+ * child: its initializer assigned, not pthread_mutex_init(), whose libc
+ * page the child would fault in for nothing (the forking thread is the
+ * only one there, and a default mutex holds no other state). */
+static inline void lull_mutex_reset_in_child(pthread_mutex_t *m) {
+    *m = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+#endif
