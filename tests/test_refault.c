@@ -38,6 +38,7 @@
 #include "numa/slice_state.h"
 #include "base/linux_compat.h"
 #include "tests/support/reclaim_hold.h"
+#include "tests/support/reclaim_wait.h"
 #include "tests/support/reexec.h"
 #include "tests/support/timing.h"
 
@@ -67,35 +68,7 @@
 /* ---- helpers shared by the in-process test and the scenarios ------------ */
 
 static struct lull_counters stats(void) {
-    struct lull_counters c;
-    lull_stats(&c);
-    return c;
-}
-
-/* Everything freed is purged: tick until nothing is dirty or purging. */
-static bool purge_all(void) {
-    uint64_t until = now_ms() + 30000;
-    while (now_ms() < until) {
-        if (!lull_reclaim_now()) return false;
-        struct lull_counters c = stats();
-        if (c.total.dirty <= 2 * MiB && c.total.purging == 0) return true;
-        sleep_ms(5);
-    }
-    return false;
-}
-
-/* Tick until refault_pages has not moved for a few scans (scans run at most
- * every 50 ms, on the tick). */
-static void settle_scans(void) {
-    uint64_t last = stats().refault_pages;
-    int stable = 0;
-    for (int i = 0; i < 200 && !(i >= 4 && stable >= 3); i++) {
-        sleep_ms(60);
-        lull_reclaim_now();
-        uint64_t r = stats().refault_pages;
-        stable = r == last ? stable + 1 : 0;
-        last = r;
-    }
+    return reclaim_wait_stats();
 }
 
 static void *blocks_a[NBLOCKS], *blocks_b[NBLOCKS];
@@ -297,7 +270,7 @@ static bool phase_a(cycle_result *r, uint64_t *started_at, purge_kind how) {
     for (size_t i = 0; i < NBLOCKS; i++)
         lull_free(blocks_a[i]);
     if (hold_until_freed && !reclaim_release()) return false;
-    if (!purge_all()) return false;
+    if (!purge_everything_freed()) return false;
     uint64_t purged_at = now_ms();
     if (how == PURGE_LAZY) {
         /* MADV_FREE'd slices stay resident until they are purged again
@@ -367,7 +340,7 @@ static cycle_result run_cycle(touch_kind k, purge_kind how) {
     r.pause_ms = PAUSE_MS;
     struct lull_counters s0 = stats();
     phase_b_alloc(&r, k);
-    settle_scans();
+    settle_refault_scans();
     struct lull_counters s1 = stats();
     measure(&r, &s0, &s1, started_at);
     phase_b_free();
@@ -431,7 +404,7 @@ static noblock_result run_noblock(void) {
     n.still_held = (uint64_t)reclaim_held();
 
     if (!reclaim_release()) return n;
-    settle_scans();
+    settle_refault_scans();
     struct lull_counters s1 = stats();
     measure(&n.c, &s0, &s1, started_at);
     phase_b_free();
@@ -455,7 +428,7 @@ static drain_result run_warm_drain(void) {
     lull_configure("warm_reserve_mb", "16");
     phase_b_alloc(&r, TOUCH_HALF); /* purged slices taken again: refaults */
     phase_b_free();
-    if (!purge_all()) return d;
+    if (!purge_everything_freed()) return d;
     uint64_t until = now_ms() + 20000;
     while (now_ms() < until && d.warm_seen == 0) {
         lull_reclaim_now();

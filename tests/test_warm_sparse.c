@@ -16,50 +16,21 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
-#include "tests/support/timing.h"
+#include "tests/support/reclaim_wait.h"
 
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
 
 #define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define SLICE (64 * KiB)
 #define BLOCK SLICE
 #define NBLOCKS 256
 #define PAGES_PER_SLICE (SLICE / 4096)
 
-static struct lull_counters stats(void) {
-    struct lull_counters c;
-    lull_stats(&c);
-    return c;
-}
-
-/* Tick until nothing freed waits for a purge (bounded by a deadline only
- * against a hang: the loop ends on the counters). */
-static bool purge_everything_freed(void) {
-    uint64_t until = now_ms() + 30000;
-    while (now_ms() < until) {
-        if (!lull_reclaim_now()) return false;
-        struct lull_counters c = stats();
-        if (c.total.dirty <= 2 * MiB && c.total.purging == 0) return true;
-        sleep_ms(5);
-    }
-    return false;
-}
-
-/* Tick until refault_pages has stayed put over three scans (a scan runs on
- * a tick at most every 50 ms), then a few ticks more for the reserve. */
+/* The refault scans settled, then a few ticks more for the reserve. */
 static void settle(void) {
-    uint64_t last = stats().refault_pages;
-    int stable = 0;
-    for (int i = 0; i < 200 && !(i >= 4 && stable >= 3); i++) {
-        sleep_ms(60);
-        lull_reclaim_now();
-        uint64_t r = stats().refault_pages;
-        stable = r == last ? stable + 1 : 0;
-        last = r;
-    }
+    settle_refault_scans();
     for (int i = 0; i < 8; i++)
         lull_reclaim_now();
 }
@@ -69,9 +40,9 @@ static void *blocks[NBLOCKS];
 Test(warm_sparse, a_page_back_in_a_purged_slice_is_a_page_of_demand, .timeout = 120) {
     lull_set_purge_delay_ms(0);
     cr_assert(lull_reclaim_now(), "no reclaim thread");
-    if (stats().refault_mechanism != LULL_COUNTERS_REFAULT_PAGEMAP_SCAN)
+    if (reclaim_wait_stats().refault_mechanism != LULL_COUNTERS_REFAULT_PAGEMAP_SCAN)
         cr_skip_test("refault monitor %s: no page counts on this kernel (PAGEMAP_SCAN is 6.7+)",
-                     lull_counters_refault_name(stats().refault_mechanism));
+                     lull_counters_refault_name(reclaim_wait_stats().refault_mechanism));
 
     for (int i = 0; i < NBLOCKS; i++) {
         blocks[i] = lull_malloc(BLOCK);
@@ -82,13 +53,13 @@ Test(warm_sparse, a_page_back_in_a_purged_slice_is_a_page_of_demand, .timeout = 
         lull_free(blocks[i]);
     cr_assert(purge_everything_freed(), "the freed blocks were not purged within 30 s");
 
-    struct lull_counters s0 = stats();
+    struct lull_counters s0 = reclaim_wait_stats();
     for (int i = 0; i < NBLOCKS; i++) {
         blocks[i] = lull_malloc(BLOCK);
         cr_assert_not_null(blocks[i]);
     }
     settle();
-    struct lull_counters s1 = stats();
+    struct lull_counters s1 = reclaim_wait_stats();
     uint64_t back = s1.refault_pages - s0.refault_pages;
     uint64_t bound = (back + PAGES_PER_SLICE - 1) / PAGES_PER_SLICE * SLICE;
     cr_log_info("%llu pages back, reserve %llu KiB (bound %llu KiB)", (unsigned long long)back,
