@@ -148,7 +148,7 @@ uint64_t lull_refault_pages_back(void) {
     if (opened && counts_pages(M.kind))
         return atomic_load_explicit(&lull_refault_pages_seen, memory_order_relaxed);
     return atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) *
-           (LULL_SLICE_SIZE / LULL_PAGE_SIZE);
+           LULL_PAGES_PER_SLICE;
 }
 
 uint64_t lull_refault_fill_counters(struct lull_counters *out) {
@@ -161,7 +161,7 @@ uint64_t lull_refault_fill_counters(struct lull_counters *out) {
         for (int b = 0; b < LULL_COUNTERS_REFAULT_BUCKETS; b++)
             out->refault_distance[b] = atomic_load_explicit(&distance[b], memory_order_relaxed);
     } else {
-        uint64_t per = LULL_SLICE_SIZE / LULL_PAGE_SIZE;
+        uint64_t per = LULL_PAGES_PER_SLICE;
         for (int b = 0; b < 16 && b < LULL_COUNTERS_REFAULT_BUCKETS; b++)
             out->refault_distance[b] = atomic_load_explicit(&lull_the_policy.refault_distance_ms[b],
                                                             memory_order_relaxed) *

@@ -191,8 +191,9 @@ bool lull_warm_reserve_tick(struct purge_backend *b, uint32_t now) {
     size_t bound =
         __atomic_load_n(&lull_config.warm_reserve_bytes, __ATOMIC_RELAXED) >> LULL_SLICE_SHIFT;
     bool active = W.last_refault_ms && (int32_t)(now - W.last_refault_ms) < LULL_WARM_IDLE_MS;
-    uint64_t per_slice = LULL_SLICE_SIZE / LULL_PAGE_SIZE;
-    size_t target = active ? (size_t)((W.recent_refault_pages + per_slice - 1) / per_slice) : 0;
+    /* in slices, rounded up */
+    uint64_t pages = active ? W.recent_refault_pages : 0;
+    size_t target = (size_t)((pages + LULL_PAGES_PER_SLICE - 1) / LULL_PAGES_PER_SLICE);
     if (target > bound) target = bound;
     __atomic_store_n(&W.stats.target_bytes, (uint64_t)target << LULL_SLICE_SHIFT, __ATOMIC_RELAXED);
     size_t have = warm_slices();

@@ -69,14 +69,13 @@ bool lull_reuse_put_other(lull_heap *h, lull_block *b, const lull_span *span) {
     return true;
 }
 
-/* Writes only what differs: the stand-in spans are 14 KiB of a heap, whose
- * pages a thread that never keeps a block of most classes need not touch. */
-/* Only what is not already so is written, and only the classes that exist
- * (no block has a class past lull_class_count): a new heap, on memory
- * mmap gave zeroed, keeps its pages of lists it never uses untouched. A
- * memset of the second lists and a closed mark in every list past the last
- * class touched 6 of a heap's 8 pages (25 KiB a thread, ~120 KiB of the
- * peak RSS of bench/footprint.c short_threads). */
+/* Writes only what differs, and only in the classes that exist (no block
+ * has a class past lull_class_count): the stand-in spans and second lists
+ * are 15 KiB of a heap, whose pages a new heap (on memory mmap gave
+ * zeroed) and a thread that never keeps a block of most classes need not
+ * touch. A memset of the second lists and a closed mark in every list past
+ * the last class made 6 of a new heap's 8 pages resident; now 2
+ * (tests/test_heap_pages.c). */
 void lull_reuse_reset(lull_heap *h) {
     for (unsigned c = 0; c < lull_class_count; c++) {
         bool closed = h->profile || lull_classes[c].block_size < 2 * sizeof(uintptr_t);

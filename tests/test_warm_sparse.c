@@ -16,17 +16,16 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
+#include "base/types.h"
 #include "tests/support/reclaim_wait.h"
 
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
 
-#define KiB ((size_t)1 << 10)
-#define SLICE (64 * KiB)
+#define SLICE LULL_SLICE_SIZE
 #define BLOCK SLICE
 #define NBLOCKS 256
-#define PAGES_PER_SLICE (SLICE / 4096)
 
 /* The refault scans settled, then a few ticks more for the reserve. */
 static void settle(void) {
@@ -61,7 +60,7 @@ Test(warm_sparse, a_page_back_in_a_purged_slice_is_a_page_of_demand, .timeout = 
     settle();
     struct lull_counters s1 = reclaim_wait_stats();
     uint64_t back = s1.refault_pages - s0.refault_pages;
-    uint64_t bound = (back + PAGES_PER_SLICE - 1) / PAGES_PER_SLICE * SLICE;
+    uint64_t bound = (back + LULL_PAGES_PER_SLICE - 1) / LULL_PAGES_PER_SLICE * SLICE;
     cr_log_info("%llu pages back, reserve %llu KiB (bound %llu KiB)", (unsigned long long)back,
                 (unsigned long long)s1.total.warm >> 10, (unsigned long long)bound >> 10);
     /* not vacuous: most blocks landed on purged slices, a page each */
