@@ -294,10 +294,15 @@ typedef struct lull_heap {
     uint64_t allocs; /* blocks handed out by this heap (owner only) */
     uint64_t frees;  /* blocks this heap's thread freed, its own or others' (owner only) */
     /* the block of its own that this thread freed last, not yet checked
-     * nor linked (src/alloc.h, "the deferred free"), and its span; NULL
-     * when none. Counted in its span's used until then. */
+     * nor linked (src/alloc.h, "the deferred free"), and its span; when
+     * none, &deferred_none (and NULL). Counted in its span's used until
+     * then. */
     struct lull_block *deferred;
     struct lull_span *deferred_span;
+    /* the mark of an empty slot: not NULL, so that free() has one compare
+     * fewer (2 instructions). Its word is a last link's (next == 0), so the
+     * free that "links" it takes lull_free_local_checked, which knows it. */
+    struct lull_block deferred_none;
     uint64_t spans_taken;
     uint64_t spans_returned;
     /* spans kept for reuse when they empty (heap.c), oldest evicted first */

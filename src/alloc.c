@@ -369,17 +369,16 @@ _Atomic uint64_t lull_other_frees;
 
 static bool kept_by_someone(const lull_block *b, const lull_span *span);
 
-void lull_free_deferred_none_or_repeat(const lull_block *b, const lull_block *before) {
-    if (before == b) lull_fatal_deferred_double_free(b);
+void lull_free_deferred_repeat(const lull_block *b) {
+    lull_fatal_deferred_double_free(b);
 }
 
 void lull_heap_free_deferred(lull_heap *h) {
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
     lull_block *b = h->deferred;
-    if (!b) return;
+    if (b == &h->deferred_none) return;
     lull_span *span = h->deferred_span;
-    h->deferred = NULL;
-    h->deferred_span = NULL;
+    lull_heap_deferred_clear(h);
     lull_free_owned_now(b, span, h);
 #else
     (void)h;
@@ -387,6 +386,7 @@ void lull_heap_free_deferred(lull_heap *h) {
 }
 
 void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
+    if (b == &h->deferred_none) return; /* the deferred slot was empty */
     if (lull_block_in_message(b) || kept_by_someone(b, span))
         lull_fatal("free(): double free of %p (freed by another thread, then by its owner thread)",
                    (void *)b);

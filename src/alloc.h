@@ -86,10 +86,10 @@ __attribute__((always_inline)) static inline void *lull_malloc_inline(size_t siz
  * heap profile, lull_stats) runs lull_heap_free_deferred() first.
  * Measured in docs/architecture.md. */
 
-/* The free of b found `before` as the deferred free: NULL (nothing to do)
- * or b itself (aborts: freed twice in a row). */
-__attribute__((cold)) void lull_free_deferred_none_or_repeat(const lull_block *b,
-                                                             const lull_block *before);
+/* The free of b found b itself as the deferred free: freed twice in a
+ * row. Aborts; not declared noreturn, so that free() jumps to it (a call
+ * would give free() a frame: 2 instructions). */
+__attribute__((cold)) void lull_free_deferred_repeat(const lull_block *b);
 
 /* Checks, links and counts block b of span, which h owns; the span's
  * state follows (a kept empty span that is its class's current one stays:
@@ -153,11 +153,11 @@ __attribute__((always_inline)) static inline void lull_free_any(void *p, bool si
         lull_span *before_span = h->deferred_span;
         h->deferred = b;
         h->deferred_span = span;
-        /* none before (the heap's first free, or one after a flush), or
-         * free(p); free(p), the commonest double free, seen at once: out of
-         * line, a jump (a call here gave free() a frame: 2 instructions) */
-        if (__builtin_expect(before == NULL || before == b, 0)) {
-            lull_free_deferred_none_or_repeat(b, before);
+        /* free(p); free(p), the commonest double free, seen at once. None
+         * before (the slot's mark, h->deferred_none) needs no test here:
+         * the mark looks free, and lull_free_local_checked knows it. */
+        if (__builtin_expect(before == b, 0)) {
+            lull_free_deferred_repeat(b);
             return;
         }
         b = before;

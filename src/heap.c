@@ -28,7 +28,8 @@
 lull_span lull_span_empty;
 lull_heap lull_heap_empty = {.direct = {[0 ... LULL_DIRECT_WORDS - 1] = &lull_span_empty},
                              .current = {[0 ... LULL_CLASSES - 1] = &lull_span_empty},
-                             .reuse = {[0 ... LULL_CLASSES - 1] = {.used = LULL_REUSE_CLOSED}}};
+                             .reuse = {[0 ... LULL_CLASSES - 1] = {.used = LULL_REUSE_CLOSED}},
+                             .deferred = &lull_heap_empty.deferred_none};
 __thread lull_heap *lull_tl_heap __attribute__((tls_model("initial-exec"))) = &lull_heap_empty;
 
 /* reset by a fork child, with the others fork holds (base/fork_exec.h) */
@@ -88,6 +89,9 @@ static lull_heap *heap_alloc_locked(void) {
     for (unsigned c = 0; c < LULL_CLASSES; c++)
         lull_heap_set_current(h, c, &lull_span_empty);
     lull_reuse_reset(h);
+    /* the empty slot's mark reads as a free list's last block (next 0) */
+    h->deferred_none.next_encoded = lull_link_key(&h->deferred_none);
+    lull_heap_deferred_clear(h);
     h->next_all = all_heaps;
     /* release: lull_heap_is_one reads the registry without the lock */
     __atomic_store_n(&all_heaps, h, __ATOMIC_RELEASE);

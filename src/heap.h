@@ -77,4 +77,11 @@ void lull_heaps_fork_child(void);
  * on. Owner only; in alloc.c, with the free path. */
 void lull_heap_free_deferred(lull_heap *h);
 
+/* h's deferred slot made empty: it holds the slot's mark, h->deferred_none
+ * (whose word a new heap sets, src/heap.c). */
+static inline void lull_heap_deferred_clear(lull_heap *h) {
+    h->deferred = &h->deferred_none;
+    h->deferred_span = NULL;
+}
+
 #endif
