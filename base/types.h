@@ -295,8 +295,8 @@ typedef struct lull_heap {
     uint64_t frees;  /* blocks this heap's thread freed, its own or others' (owner only) */
     /* the block of its own that this thread freed last, not yet checked
      * nor linked (src/alloc.h, "the deferred free"), and its span; when
-     * none, &deferred_none (and NULL). Counted in its span's used until
-     * then. */
+     * none, the mark &deferred_none and a NULL span. Counted in its span's
+     * used until then. */
     struct lull_block *deferred;
     struct lull_span *deferred_span;
     /* the mark of an empty slot: not NULL, so that free() has one compare

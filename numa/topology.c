@@ -39,8 +39,9 @@ static char fallback_reason[256] = "not initialised";
 static char saved_reason[256] = "not initialised";
 
 /* Strings put together without printf: every process's first malloc
- * reads the topology, and printf's code in libc was 2 of the windows of
- * 16 pages its faults map in (+128 KiB of RSS for a small program). */
+ * reads the topology, and printf's code was 2 of the 16 page faults a
+ * small 4-thread program took in libc's text (each maps up to 16 pages
+ * around it). */
 
 /* s appended to dst[0..at), cut to fit cap with its NUL; the new length. */
 static size_t append(char *dst, size_t cap, size_t at, const char *s) {
