@@ -427,14 +427,18 @@ static drain_result run_warm_drain(void) {
     if (!phase_a(&r, &started_at, PURGE_PLAIN)) return d;
     lull_configure("warm_reserve_mb", "16");
     phase_b_alloc(&r, TOUCH_HALF); /* purged slices taken again: refaults */
-    phase_b_free();
-    if (!purge_everything_freed()) return d;
+    /* the reserve answers demand for LULL_WARM_IDLE_MS after the refaults
+     * were counted: watch for it right away, with the blocks still live.
+     * Watched only after the frees were purged, a slow build (ASan on a
+     * loaded machine) spent that window in the purge and never saw it */
     uint64_t until = now_ms() + 20000;
     while (now_ms() < until && d.warm_seen == 0) {
         lull_reclaim_now();
         d.warm_seen = stats().total.warm;
         sleep_ms(20);
     }
+    phase_b_free();
+    if (!purge_everything_freed()) return d;
     until = now_ms() + 3000 + 20000;
     do {
         sleep_ms(100);
