@@ -293,6 +293,11 @@ typedef struct lull_heap {
     bool abandoned;
     uint64_t allocs; /* blocks handed out by this heap (owner only) */
     uint64_t frees;  /* blocks this heap's thread freed, its own or others' (owner only) */
+    /* the sampled heap profile's windows (src/profile.h); NULL when off.
+     * Here, not after the per-class arrays: every new span of a class reads
+     * it (lull_heap_set_current), and a read of a page the heap never wrote
+     * makes it resident where the kernel maps no shared zero page */
+    struct lull_heap_profile *profile;
     /* the block of its own that this thread freed last, not yet checked
      * nor linked (src/alloc.h, "the deferred free"), and its span; when
      * none, the mark &deferred_none and a NULL span. Counted in its span's
@@ -341,8 +346,6 @@ typedef struct lull_heap {
     uint64_t defrag_allocs, defrag_frees, defrag_taken, defrag_returned;
     uint32_t defrag_epoch;
     lull_defrag_view defrag[LULL_CLASSES];
-    /* the sampled heap profile's windows (src/profile.h); NULL when off */
-    struct lull_heap_profile *profile;
 } lull_heap;
 
 #endif

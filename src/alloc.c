@@ -219,8 +219,10 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
         while (c < lull_class_count && lull_classes[c].block_size % alignment)
             c++;
         if (c < lull_class_count) {
-            if (h->reuse[c].free) return lull_reuse_take(h, c);
-            if (h->reuse_other[c]) return lull_reuse_take_other(h, c);
+            if (lull_reuse_listed(h, c)) {
+                if (h->reuse[c].free) return lull_reuse_take(h, c);
+                if (h->reuse_other[c]) return lull_reuse_take_other(h, c);
+            }
             if (__builtin_expect(h->profile != NULL, 0)) {
                 void *b = lull_profile_alloc_small(h, c, size, zeroed);
                 if (!b) goto oom;
@@ -325,9 +327,10 @@ LULL_ENTRY_TEXT void *lull_malloc_slow(size_t size) {
     if (__builtin_expect(size <= 1024, 1)) {
         lull_heap *h = lull_tl_heap;
         unsigned c = lull_small_class_of[(size + 7) >> 3];
-        if (h->reuse[c].free) return lull_reuse_take(h, c);
+        bool listed = lull_reuse_listed(h, c);
+        if (listed && h->reuse[c].free) return lull_reuse_take(h, c);
         if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
-        if (h->reuse_other[c]) return lull_reuse_take_other(h, c);
+        if (listed && h->reuse_other[c]) return lull_reuse_take_other(h, c);
         /* the class's span ran dry, the common case left: the refill
          * without the general path's checks (an allocation before the
          * thread's first, the heap profile, alignment and size classes:

@@ -88,7 +88,7 @@ static lull_heap *heap_alloc_locked(void) {
     lull_resident_add(sz);
     for (unsigned c = 0; c < LULL_CLASSES; c++)
         lull_heap_set_current(h, c, &lull_span_empty);
-    lull_reuse_reset(h);
+    lull_reuse_init(h);
     /* the empty slot's mark reads as a free list's last block (next 0) */
     h->deferred_none.next_encoded = lull_link_key(&h->deferred_none);
     lull_heap_deferred_clear(h);

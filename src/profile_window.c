@@ -45,7 +45,7 @@ bool lull_profile_heap_attach(lull_heap *h) {
         p->until_sample[c] = bytes_to_next_sample(p);
     p->large_until_sample = bytes_to_next_sample(p);
     h->profile = p;
-    lull_reuse_reset(h); /* closed: the windows own direct[] (a new heap's lists are empty) */
+    lull_reuse_init(h); /* closed: the windows own direct[] (a new heap's lists are empty) */
     /* from now on the fast path pops from the windows (empty: the first
      * malloc of each size takes the slow path and cuts one) */
     for (unsigned c = 1; c < lull_class_count; c++)

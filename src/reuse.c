@@ -69,22 +69,35 @@ bool lull_reuse_put_other(lull_heap *h, lull_block *b, const lull_span *span) {
     return true;
 }
 
-/* Writes only what differs, and only in the classes that exist (no block
- * has a class past lull_class_count): the stand-in spans and second lists
- * are 15 KiB of a heap, whose pages a new heap (on memory mmap gave
- * zeroed) and a thread that never keeps a block of most classes need not
- * touch. A memset of the second lists and a closed mark in every list past
- * the last class made 6 of a new heap's 8 pages resident; now 2
- * (tests/test_heap_pages.c). */
+static bool reuse_closed(const lull_heap *h, unsigned c) {
+    return h->profile || lull_classes[c].block_size < 2 * sizeof(uintptr_t);
+}
+
+/* Writes only what is not zero, and reads nothing: the stand-in spans and
+ * second lists are 15 KiB of a heap, whose pages a new heap (on memory
+ * mmap gave zeroed) and a thread that never keeps a block of most classes
+ * need not touch, not even by a read (lull_reuse_listed). A memset of the
+ * second lists and a closed mark in every list past the last class made
+ * 6 of a new heap's 8 pages resident, and so did reading each list to
+ * write only what differed, where reads fault pages in (a PVM guest); now
+ * 2 (tests/test_heap_pages.c). */
+void lull_reuse_init(lull_heap *h) {
+    for (unsigned c = 0; c < lull_class_count; c++)
+        if (reuse_closed(h, c)) h->reuse[c].used = LULL_REUSE_CLOSED;
+}
+
+/* Only the classes that took a block since their lists were last found
+ * empty (reuse_listed) may hold one, or a count: the others are as
+ * lull_reuse_init left them (a closed list never takes one). */
 void lull_reuse_reset(lull_heap *h) {
-    for (unsigned c = 0; c < lull_class_count; c++) {
-        bool closed = h->profile || lull_classes[c].block_size < 2 * sizeof(uintptr_t);
-        uint32_t used = closed ? LULL_REUSE_CLOSED : 0;
-        if (h->reuse[c].free) h->reuse[c].free = NULL;
-        if (h->reuse[c].used != used) h->reuse[c].used = used;
-        if (h->reuse_other[c]) h->reuse_other[c] = NULL;
-        if (h->reuse_other_count[c]) h->reuse_other_count[c] = 0;
-    }
+    for (unsigned w = 0; w < sizeof h->reuse_listed / sizeof h->reuse_listed[0]; w++)
+        for (uint64_t bits = h->reuse_listed[w]; bits; bits &= bits - 1) {
+            unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
+            h->reuse[c].free = NULL;
+            h->reuse[c].used = reuse_closed(h, c) ? LULL_REUSE_CLOSED : 0;
+            h->reuse_other[c] = NULL;
+            h->reuse_other_count[c] = 0;
+        }
     memset(h->reuse_listed, 0, sizeof h->reuse_listed);
     h->reuse_bytes = 0;
 }
@@ -99,15 +112,19 @@ static void send_home(lull_heap *h, lull_block *b) {
 void lull_reuse_flush(lull_heap *h) {
     if (!h->reuse_bytes) return;
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
-        /* each next link read before the outbox links the block its way */
-        for (lull_block *b = h->reuse[c].free, *next; b; b = next) {
-            next = lull_block_next(b);
-            send_home(h, b);
+        if (lull_reuse_listed(h, c)) {
+            /* each next link read before the outbox links the block its way */
+            for (lull_block *b = h->reuse[c].free, *next; b; b = next) {
+                next = lull_block_next(b);
+                send_home(h, b);
+            }
+            for (lull_block *b = h->reuse_other[c], *next; b; b = next) {
+                next = lull_message_next(b);
+                send_home(h, b);
+            }
         }
-        for (lull_block *b = h->reuse_other[c], *next; b; b = next) {
-            next = lull_message_next(b);
-            send_home(h, b);
-        }
+        /* set still where a count cleared the class's bit after pops
+         * emptied the list under direct[] */
         if (h->reuse_direct[c]) lull_reuse_point_back(h, c);
     }
     lull_reuse_reset(h);

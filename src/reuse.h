@@ -62,8 +62,23 @@ lull_block *lull_reuse_point_back_with(lull_heap *h, unsigned c, lull_block *b);
  * so that the free path's bound check answers all three. */
 #define LULL_REUSE_CLOSED (0u - LULL_REUSE_MAX_BLOCKS)
 
-/* The lists of a new heap, and after a flush: empty, closed as above. */
+/* The lists of a new heap (its memory zero, or its heap profile just
+ * attached): closed as above, the rest empty and open as they are. */
+void lull_reuse_init(lull_heap *h);
+/* The lists after a flush: empty, closed as above. */
 void lull_reuse_reset(lull_heap *h);
+
+/* May class c's lists hold a block? Its bit in reuse_listed is set while
+ * they may (set by every keep, cleared only by a count that found both
+ * empty), so that a thread that keeps no block of a class never reads the
+ * class's lists: a line each, on pages of the heap nothing else touches.
+ * On a kernel that maps no shared zero page for reads (a PVM guest's
+ * pvm_no_zero_page=1) such a read made the page resident: a new heap's
+ * reset and first mallocs read every list, 6 of a heap's 7 pages
+ * (tests/test_heap_pages.c). */
+static inline bool lull_reuse_listed(const lull_heap *h, unsigned c) {
+    return (h->reuse_listed[c / 64] >> (c % 64)) & 1;
+}
 
 /* Blocks on class c's list. */
 static inline uint32_t lull_reuse_count(const lull_heap *h, unsigned c) {
