@@ -18,6 +18,8 @@ static void segment_run_grow(void) {
     for (;;) {
         uintptr_t next = lo + len;
         uintptr_t i = next >> LULL_SEGMENT_SHIFT;
+        /* the run's span table ends there (numa/span_table.h) */
+        if (len + LULL_SEGMENT_SIZE > LULL_RUN_MAX_BYTES) return;
         /* mapped (the map says so; acquire: its header is written) and a
          * segment, not a huge block's header */
         if (i >= LULL_SEGMAP_ENTRIES ||

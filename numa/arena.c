@@ -74,6 +74,7 @@ static lull_segment *segment_create(lull_arena *a) {
     s->node = a->node;
     s->index = atomic_load(&a->segment_count);
     lull_slices_init_segment(s);
+    lull_span_table_init_segment(s);
     s->next = atomic_load(&a->segments);
     lull_segment_publish((uintptr_t)s); /* the map and the run, before any block of it exists */
     atomic_store_explicit(&a->segments, s, memory_order_release);
@@ -174,7 +175,7 @@ static void scan_regions(lull_arena *a, unsigned n, lull_region_choice best[PASS
 
 static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
     for (unsigned i = 0; i < n; i++) {
-        lull_span_table_of(s)->span_head[first + i] = (uint16_t)(first * sizeof(lull_span));
+        lull_span_head_set(s, first + i, (uint16_t)(first * sizeof(lull_span)));
         if (i) lull_span_table_of(s)->slices[first + i].kind = LULL_SPAN_NONE;
     }
     lull_span *head = &lull_span_table_of(s)->slices[first];
@@ -305,7 +306,7 @@ void lull_arena_free_span(lull_span *span) {
     atomic_store_explicit(&span->heap, NULL, memory_order_relaxed);
     uint32_t now = lull_now_ms();
     for (unsigned i = first; i < first + n; i++) {
-        lull_span_table_of(s)->span_head[i] = 0; /* a stale pointer into it now finds no span */
+        lull_span_head_set(s, i, 0); /* a stale pointer into it now finds no span */
         atomic_store_explicit(&history->freed_ms[i], now, memory_order_relaxed);
         atomic_store_explicit(&history->purged_ms[i], 0, memory_order_relaxed);
     }

@@ -122,18 +122,23 @@ lull_free_owned_now(lull_block *b, lull_span *span, lull_heap *h) {
  * `sized` at run time, for free() too. */
 __attribute__((always_inline)) static inline void lull_free_any(void *p, bool sized,
                                                                 const char *who, size_t size) {
-    lull_segment *seg = lull_segment_of(p);
     uintptr_t off;
-    /* the run first: most pointers are in it (base/segment_map.h) */
-    if (__builtin_expect(!lull_in_segment_run_at(p, &off), 0) &&
-        !lull_segment_map_has((uintptr_t)seg)) {
-        if (sized)
-            lull_free_sized_slow(who, p, size);
-        else
-            lull_free_not_segment(p); /* NULL, huge, or not lull's */
-        return;
+    lull_span *span;
+    /* the run first: most pointers are in it (base/segment_map.h), and
+     * its span table answers from the offset (numa/span_table.h) */
+    if (__builtin_expect(lull_in_segment_run_at(p, &off), 1)) {
+        span = lull_run_span_at(off);
+    } else {
+        lull_segment *seg = lull_segment_of(p);
+        if (!lull_segment_map_has((uintptr_t)seg)) {
+            if (sized)
+                lull_free_sized_slow(who, p, size);
+            else
+                lull_free_not_segment(p); /* NULL, huge, or not lull's */
+            return;
+        }
+        span = lull_span_at(seg, off);
     }
-    lull_span *span = lull_span_at(seg, off);
     if (sized && __builtin_expect(span->size_class != lull_small_class_of[(size + 7) >> 3], 0)) {
         lull_free_sized_slow(who, p, size);
         return;

@@ -9,6 +9,8 @@
 #include "lull.h"
 #include "base/os.h"
 #include "base/segment_map.h"
+#include "numa/span_table.h"
+#include "src/span.h"
 
 #include "tests/support/fork_capture.h"
 
@@ -155,4 +157,75 @@ Test(segment_run, the_huge_hint_starts_over_at_its_region_end, .init = warm) {
         munmap(p, LULL_SEGMENT_SIZE);
     }
     cr_assert(wrapped);
+}
+
+/* The run's span table (numa/span_table.h) is what free() reads for a
+ * pointer inside the run: for every slice of every segment in it, its
+ * entry must lead where span_head does, with spans taken, split and given
+ * back. */
+static void expect_run_table_matches_span_heads(void) {
+    uintptr_t lo = atomic_load(&lull_the_segment_run.lo);
+    uintptr_t len = atomic_load(&lull_the_segment_run.len);
+    cr_assert_leq(len, LULL_RUN_MAX_BYTES);
+    for (uintptr_t seg = lo; seg < lo + len; seg += LULL_SEGMENT_SIZE) {
+        lull_span_table *table = lull_span_table_of((lull_segment *)seg);
+        for (unsigned i = 0; i < LULL_SLICES; i++) {
+            lull_span *want = (lull_span *)((char *)table->slices + table->span_head[i]);
+            lull_span *got = lull_run_spans[((seg - lo) >> LULL_SLICE_SHIFT) + i];
+            cr_assert_eq(got, want,
+                         "segment %#lx slice %u: the run's table leads to %p, span_head to %p",
+                         (unsigned long)seg, i, (void *)got, (void *)want);
+        }
+    }
+}
+
+Test(segment_run, its_span_table_leads_every_slice_where_span_head_does, .init = warm) {
+    enum { N = 300 };
+    static const size_t sizes[] = {16, 200, 1024, 9000, 70 << 10, 700 << 10, 3 * MiB};
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = lull_malloc(sizes[i % 7]);
+        cr_assert_not_null(p[i]);
+        cr_assert(lull_in_segment_run(p[i]));
+        uintptr_t off = (uintptr_t)p[i] - atomic_load(&lull_the_segment_run.lo);
+        cr_assert_eq(lull_run_span_at(off), lull_span_of(lull_segment_of(p[i]), p[i]));
+    }
+    expect_run_table_matches_span_heads();
+    for (int i = 0; i < N; i += 2) /* every other block: spans given back among live ones */
+        lull_free(p[i]);
+    lull_thread_collect();
+    expect_run_table_matches_span_heads();
+    for (int i = 1; i < N; i += 2)
+        lull_free(p[i]);
+    lull_thread_collect();
+    expect_run_table_matches_span_heads();
+}
+
+/* The run stops where its span table ends: a segment that lies back to
+ * back past LULL_RUN_MAX_BYTES stays outside it (found through the map),
+ * or free() would read past the table. The run is made to reach one
+ * segment short of its end (the segments between are not there, and
+ * nothing frees into them), then two stand-ins are published: the first
+ * joins, the second must not. */
+Test(segment_run, it_never_reaches_past_its_span_table, .init = warm) {
+    uintptr_t lo = atomic_load(&lull_the_segment_run.lo);
+    uintptr_t len_before = atomic_load(&lull_the_segment_run.len);
+    uintptr_t at[2] = {lo + LULL_RUN_MAX_BYTES - LULL_SEGMENT_SIZE, lo + LULL_RUN_MAX_BYTES};
+    void *m[2];
+    for (int k = 0; k < 2; k++) {
+        m[k] = mmap((void *)at[k], LULL_SEGMENT_SIZE, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        /* a ThreadSanitizer build's huge region starts there */
+        if (m[k] != (void *)at[k]) cr_skip_test("%#lx is taken", (unsigned long)at[k]);
+        ((lull_segment *)m[k])->magic = LULL_SEGMENT_MAGIC;
+    }
+    atomic_store(&lull_the_segment_run.len, LULL_RUN_MAX_BYTES - LULL_SEGMENT_SIZE);
+    lull_segment_publish(at[0]);
+    lull_segment_publish(at[1]);
+    uintptr_t len = atomic_load(&lull_the_segment_run.len);
+    lull_segment_map_set(at[0], false);
+    lull_segment_map_set(at[1], false);
+    atomic_store(&lull_the_segment_run.len, len_before);
+    cr_assert_eq(len, LULL_RUN_MAX_BYTES, "the run reaches %#lx bytes, its table %#lx",
+                 (unsigned long)len, (unsigned long)LULL_RUN_MAX_BYTES);
 }
