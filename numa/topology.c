@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #endif
 #include "numa/topology.h"
+#include "base/decimal.h"
 #include "base/fault.h"
 #include "base/message.h"
 #include "base/fork_exec.h"
@@ -53,13 +54,9 @@ static size_t append(char *dst, size_t cap, size_t at, const char *s) {
 
 /* n >= 0 in decimal, appended as append() does. */
 static size_t append_uint(char *dst, size_t cap, size_t at, unsigned n) {
-    char digits[12];
-    int i = (int)sizeof digits - 1;
-    digits[i] = 0;
-    do
-        digits[--i] = (char)('0' + n % 10);
-    while (n /= 10);
-    return append(dst, cap, at, digits + i);
+    char digits[24];
+    lull_format_u64(digits, n);
+    return append(dst, cap, at, digits);
 }
 
 static void set_reason(const char *a, const char *b) {

@@ -7,6 +7,7 @@
 #endif
 #include "src/counter_page.h"
 #include "lull.h"
+#include "base/decimal.h"
 #include "base/fault.h"
 #include "base/message.h"
 #include "base/fork_exec.h"
@@ -73,20 +74,6 @@ static LULL_FORK_EXEC_DATA int reopen_wanted;
  * pid: it must not touch the parent's page or flags. */
 static LULL_FORK_EXEC_DATA pid_t self_pid;
 
-/* Decimal digits of v into buf (NUL-terminated); returns the length. */
-static size_t format_u64(char *buf, uint64_t v) {
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = tmp[n - 1 - i];
-    buf[n] = '\0';
-    return n;
-}
-
 /* Start time (field 22 of a /proc/.../stat file, clock ticks after boot).
  * Returns 0, -ESRCH if there is no such process or it is a zombie (it will
  * never publish again), or -EIO if the file is unreadable. */
@@ -122,7 +109,7 @@ static int stat_start_time(const char *path, uint64_t *out) {
 static int proc_start_time(uint64_t pid, uint64_t *out) {
     char path[48] = "/proc/";
     size_t n = strlen(path);
-    n += format_u64(path + n, pid);
+    n += lull_format_u64(path + n, pid);
     memcpy(path + n, "/stat", sizeof "/stat");
     return stat_start_time(path, out);
 }
@@ -296,12 +283,12 @@ static int build_name(const char *name, pid_t pid) {
     if (!name || !*name) {
         size_t n = sizeof LULL_COUNTERS_NAME_PREFIX - 1;
         memcpy(page_name, LULL_COUNTERS_NAME_PREFIX, n);
-        n += format_u64(page_name + n, (uint64_t)pid);
+        n += lull_format_u64(page_name + n, (uint64_t)pid);
         /* pid 1 of two PID namespaces must not share a name */
         uint64_t ns = own_pidns();
         if (ns && ns != PIDNS_INIT) {
             page_name[n++] = '.';
-            format_u64(page_name + n, ns);
+            lull_format_u64(page_name + n, ns);
         }
         return 0;
     }
