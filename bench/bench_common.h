@@ -132,6 +132,14 @@ static inline long thread_minflt(void) {
     return ru.ru_minflt;
 }
 
+/* The minor faults of every thread of the process (an allocator's own
+ * threads too). */
+static inline long process_minflt(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+    return ru.ru_minflt;
+}
+
 /* Zeroed memory straight from the kernel, for the benchmark's own arrays:
  * they must not come from (or disturb) the allocator under test. */
 static inline void *map_array(size_t bytes) {
