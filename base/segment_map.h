@@ -49,15 +49,16 @@ static inline void lull_map_set(_Atomic uint64_t *map, uintptr_t segment, bool p
  * before any block exists; len only grows (lull_segment_publish). Hidden,
  * so that the compiler addresses them directly, not through the GOT (one
  * instruction each). */
+typedef struct lull_segment_run {
+    _Atomic uintptr_t lo, len;
+} lull_segment_run;
+extern LULL_HIDDEN lull_segment_run lull_the_segment_run;
+
 /* How far the run reaches: it never grows past this many bytes from its
  * start, the reach of the run's span table (numa/span_table.h, 8 bytes a
  * slice: 4 MiB for 32 GiB of segments). Segments beyond it are found
  * through the map, a few instructions more a free. */
 #define LULL_RUN_MAX_BYTES ((uintptr_t)1 << 35)
-typedef struct lull_segment_run {
-    _Atomic uintptr_t lo, len;
-} lull_segment_run;
-extern LULL_HIDDEN lull_segment_run lull_the_segment_run;
 
 /* p inside the run? *off: p - lo, whose low LULL_SEGMENT_SHIFT bits are
  * p's offset in its segment (lo is a segment boundary) wherever p is: the
