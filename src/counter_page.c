@@ -10,6 +10,7 @@
 #include "base/decimal.h"
 #include "base/fault.h"
 #include "base/message.h"
+#include "base/exec_search.h"
 #include "base/fork_exec.h"
 
 #include <dirent.h>
@@ -743,11 +744,16 @@ LULL_EXPORT LULL_FORK_EXEC_TEXT void _Exit(int status) {
 
 extern char **environ;
 
+/* The C library's execve, or the system call before lull has looked it up. */
+LULL_FORK_EXEC_TEXT static int execve_unwrapped(const char *path, char *const argv[],
+                                                char *const envp[]) {
+    return real.execve ? real.execve(path, argv, envp) : (int)syscall(SYS_execve, path, argv, envp);
+}
+
 LULL_EXPORT LULL_FORK_EXEC_TEXT int execve(const char *path, char *const argv[],
                                            char *const envp[]) {
     int how = exec_begin();
-    int r =
-        real.execve ? real.execve(path, argv, envp) : (int)syscall(SYS_execve, path, argv, envp);
+    int r = execve_unwrapped(path, argv, envp);
     exec_failed(how);
     return r;
 }
@@ -771,31 +777,28 @@ LULL_EXPORT LULL_FORK_EXEC_TEXT int fexecve(int fd, char *const argv[], char *co
 
 LULL_EXPORT LULL_FORK_EXEC_TEXT int execv(const char *path, char *const argv[]) {
     int how = exec_begin();
-    int r = real.execv ? real.execv(path, argv) : (int)syscall(SYS_execve, path, argv, environ);
+    int r = real.execv ? real.execv(path, argv) : execve_unwrapped(path, argv, environ);
     exec_failed(how);
     return r;
 }
 
-/* The PATH searches have no system call of their own to fall back on. */
+/* The PATH searches: the C library's, or, in a process that execs before
+ * lull has started (its first allocation, when resolve_real runs), the
+ * same search done here (base/exec_search.h). They failed with ENOSYS
+ * there before: /usr/bin/time under the preload could run nothing. */
 LULL_EXPORT LULL_FORK_EXEC_TEXT int execvp(const char *file, char *const argv[]) {
-    if (!real.execvp) {
-        errno = ENOSYS;
-        return -1;
-    }
     int how = exec_begin();
-    int r = real.execvp(file, argv);
+    int r = real.execvp ? real.execvp(file, argv)
+                        : lull_exec_search(file, argv, environ, execve_unwrapped);
     exec_failed(how);
     return r;
 }
 
 LULL_EXPORT LULL_FORK_EXEC_TEXT int execvpe(const char *file, char *const argv[],
                                             char *const envp[]) {
-    if (!real.execvpe) {
-        errno = ENOSYS;
-        return -1;
-    }
     int how = exec_begin();
-    int r = real.execvpe(file, argv, envp);
+    int r = real.execvpe ? real.execvpe(file, argv, envp)
+                         : lull_exec_search(file, argv, envp, execve_unwrapped);
     exec_failed(how);
     return r;
 }

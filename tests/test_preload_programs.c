@@ -875,6 +875,82 @@ Test(preload, cxx_operators_bind_to_the_library) {
     g_passed = true;
 }
 
+/* ---- a PATH search before the first allocation --------------------------- */
+
+/* One exec of tests/programs/exec_first.c (`how` FILE, PATH=path_env), with
+ * and without the preload: the same exit status, output and errors, and
+ * the status expected. Before the fix the preloaded run's execvp, execvpe
+ * and execlp failed with ENOSYS (exit 127): lull's wrappers had not yet
+ * looked the C library's up. */
+static void exec_first_case(const char *how, const char *file, const char *path_env,
+                            int want_status, const char *want_out, const char *want_err) {
+    char prog[PATH_MAX], tag[64], tag_without[80];
+    built_program(prog, sizeof prog, "exec_first");
+    static int cases;
+    snprintf(tag, sizeof tag, "exec-%s-%d", how, ++cases); /* file may hold a '/' */
+    snprintf(tag_without, sizeof tag_without, "%s-nopreload", tag);
+    const char *const argv[] = {prog, how, file, NULL};
+    const char *const env[] = {path_env, NULL};
+    struct run without = {.argv = argv, .env = env, .timeout_s = 60, .tag = tag_without};
+    struct run with = without;
+    with.tag = tag;
+    with.preload = true;
+    run_program(&without);
+    run_program(&with);
+    cr_assert(!with.timed_out && !without.timed_out, "%s %s: killed after 60 s", how, file);
+    cr_assert(WIFEXITED(without.status) && WEXITSTATUS(without.status) == want_status,
+              "%s %s without the preload: status %#x, not exit %d; stderr:\n%s", how, file,
+              without.status, want_status, tail(without.err, 1000));
+    cr_assert(WIFEXITED(with.status) && WEXITSTATUS(with.status) == want_status,
+              "%s %s under the preload: status %#x, not exit %d as without it; stderr:\n%s", how,
+              file, with.status, want_status, tail(with.err, 1000));
+    cr_assert_str_eq(with.out, want_out, "%s %s: stdout under the preload", how, file);
+    cr_assert_str_eq(without.out, want_out, "%s %s: stdout without the preload", how, file);
+    cr_assert_str_eq(with.err, want_err, "%s %s: stderr under the preload", how, file);
+    cr_assert_str_eq(without.err, want_err, "%s %s: stderr without the preload", how, file);
+    assert_preloaded(&with);
+    run_free(&with);
+    run_free(&without);
+}
+
+static void write_program(const char *path, const char *text, mode_t mode) {
+    write_file(path, text, strlen(text));
+    cr_assert_eq(chmod(path, mode), 0, "chmod %s: %s", path, strerror(errno));
+}
+
+/* execvp, execvpe and execlp as a program's first act (/usr/bin/time
+ * does it): found on PATH, a script without #! (the shell runs it), a
+ * file that is not executable ahead of one that is, and the errors
+ * (ENOENT, EACCES), each as the C library gives them. */
+Test(preload, path_search_exec_before_the_first_allocation) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char first[PATH_MAX], second[PATH_MAX], path_env[3 * PATH_MAX];
+    snprintf(first, sizeof first, "%s", path_in("bin1"));
+    snprintf(second, sizeof second, "%s", path_in("bin2"));
+    cr_assert(mkdir(first, 0755) == 0 && mkdir(second, 0755) == 0, "mkdir: %s", strerror(errno));
+    char f[PATH_MAX + 32];
+    snprintf(f, sizeof f, "%s/lull-script", first);
+    write_program(f, "echo script ran with $# arguments\n", 0755);
+    snprintf(f, sizeof f, "%s/lull-shadowed", first);
+    write_program(f, "echo the first, not executable\n", 0644);
+    snprintf(f, sizeof f, "%s/lull-shadowed", second);
+    write_program(f, "echo the second\n", 0755);
+    snprintf(f, sizeof f, "%s/lull-noexec", second);
+    write_program(f, "echo never\n", 0644);
+    snprintf(path_env, sizeof path_env, "PATH=%s:%s:/usr/bin:/bin", first, second);
+
+    static const char *const hows[] = {"execvp", "execvpe", "execlp"};
+    for (size_t i = 0; i < sizeof hows / sizeof hows[0]; i++) {
+        exec_first_case(hows[i], "true", path_env, 0, "", "");
+        exec_first_case(hows[i], "lull-script", path_env, 0, "script ran with 0 arguments\n", "");
+        exec_first_case(hows[i], "lull-shadowed", path_env, 0, "the second\n", "");
+        exec_first_case(hows[i], "lull-missing", path_env, 127, "", "exec_first: errno 2\n");
+        exec_first_case(hows[i], "lull-noexec", path_env, 127, "", "exec_first: errno 13\n");
+        exec_first_case(hows[i], "/bin/true", path_env, 0, "", "");
+    }
+    g_passed = true;
+}
+
 /* lull's own banner: with LULL_CONF=verbose=1 it says "lull: <version> active". */
 Test(preload, lull_banner_with_verbose) {
     REQUIRE_PRELOADABLE_BUILD();
