@@ -13,6 +13,10 @@ void lull_fatal_misaligned(const void *p, const lull_span *span) {
                (const void *)(start + off - off % span->block_size));
 }
 
+void lull_fatal_misaligned_deferred(const lull_heap *h) {
+    lull_fatal_misaligned(h->deferred, h->deferred_span);
+}
+
 void lull_fatal_remote_double_free(const void *p) {
     lull_fatal("free(): double free of %p (freed twice from other threads)", p);
 }
