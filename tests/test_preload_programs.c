@@ -951,6 +951,129 @@ Test(preload, path_search_exec_before_the_first_allocation) {
     g_passed = true;
 }
 
+/* ---- what the library exports ------------------------------------------- */
+
+/* Whether a dynamic symbol of liblull.so is part of its interface: the
+ * lull_* API, the malloc family, the C++ operators (_Znw*, _Zna*, _Zdl*,
+ * _Zda*) and the exec and exit wrappers of src/counter_page.c. */
+static bool lull_interface_symbol(const char *name) {
+    static const char *const names[] = {"malloc",
+                                        "free",
+                                        "calloc",
+                                        "realloc",
+                                        "reallocarray",
+                                        "posix_memalign",
+                                        "aligned_alloc",
+                                        "memalign",
+                                        "valloc",
+                                        "pvalloc",
+                                        "malloc_usable_size",
+                                        "free_sized",
+                                        "free_aligned_sized",
+                                        "execl",
+                                        "execle",
+                                        "execlp",
+                                        "execv",
+                                        "execve",
+                                        "execveat",
+                                        "execvp",
+                                        "execvpe",
+                                        "fexecve",
+                                        "_exit",
+                                        "_Exit"};
+    if (!strncmp(name, "lull_", 5)) return true;
+    if (!strncmp(name, "_Znw", 4) || !strncmp(name, "_Zna", 4) || !strncmp(name, "_Zdl", 4) ||
+        !strncmp(name, "_Zda", 4))
+        return true;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i])) return true;
+    return false;
+}
+
+/* A preloaded library comes first in every lookup: anything else it
+ * exports replaces the program's own. liblull.so exported liburing's 60
+ * functions (it links liburing.a in), so a server's io_uring_* calls ran
+ * lull's copy, built against another liburing than the server's perhaps. */
+Test(preload, the_library_exports_its_interface_only) {
+    REQUIRE_PRELOADABLE_BUILD();
+    /* readelf: nm -D lists hidden entries too, which no lookup binds to */
+    FILE *syms = popen("readelf --dyn-syms -W '" LULL_SO_PATH "'", "r");
+    cr_assert_not_null(syms, "popen readelf: %s", strerror(errno));
+    char line[1024], others[2048] = "";
+    size_t n = 0, foreign = 0;
+    while (fgets(line, sizeof line, syms)) {
+        char bind[16], vis[16], ndx[16], name[512];
+        if (sscanf(line, " %*[0-9]: %*s %*s %*s %15s %15s %15s %511s", bind, vis, ndx, name) != 4)
+            continue;
+        if (!strcmp(ndx, "UND") || !strcmp(bind, "LOCAL") || !strcmp(vis, "HIDDEN") ||
+            !strcmp(vis, "INTERNAL"))
+            continue;
+        n++;
+        char *version = strchr(name, '@');
+        if (version) *version = 0;
+        if (lull_interface_symbol(name)) continue;
+        if (foreign++ < 12) {
+            size_t len = strlen(others);
+            snprintf(others + len, sizeof others - len, " %s", name);
+        }
+    }
+    cr_assert_eq(pclose(syms), 0, "readelf --dyn-syms failed");
+    cr_assert_gt(n, 20, "readelf listed %zu exported symbols of %s", n, LULL_SO_PATH);
+    cr_assert_eq(foreign, 0, "%s exports %zu symbols that are not lull's:%s%s", LULL_SO_PATH,
+                 foreign, others, foreign > 12 ? " ..." : "");
+    g_passed = true;
+}
+
+/* The harm itself: a program that uses the system's liburing.so gets its
+ * functions under the preload, and its ring works. */
+Test(preload, a_program_with_its_own_io_uring_binds_to_its_liburing) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX], out_env[PATH_MAX + 32];
+    built_program(prog, sizeof prog, "uring_user");
+    snprintf(out_env, sizeof out_env, "LD_DEBUG_OUTPUT=%s/ld", tmp_dir());
+    const char *const argv[] = {prog, NULL};
+    const char *const env[] = {"LD_DEBUG=bindings", "LD_BIND_NOW=1", out_env, NULL};
+    struct run r = {.argv = argv, .env = env, .preload = true, .timeout_s = 60, .tag = "uring"};
+    run_program(&r);
+    assert_clean_exit(&r);
+    assert_preloaded(&r);
+    cr_assert_str_eq(r.out, "OK\n", "uring_user printed: %s", r.out);
+    DIR *d = opendir(tmp_dir());
+    cr_assert_not_null(d);
+    char *log = NULL;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (!strncmp(e->d_name, "ld.", 3)) {
+            cr_assert_null(log, "more than one LD_DEBUG log");
+            log = read_file(path_in(e->d_name));
+        }
+    closedir(d);
+    cr_assert_not_null(log, "no LD_DEBUG log: LD_DEBUG is not honoured here");
+    static const char *const syms[] = {"io_uring_queue_init", "io_uring_submit",
+                                       "io_uring_queue_exit"};
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        char want[128];
+        snprintf(want, sizeof want, ": normal symbol `%s'", syms[i]);
+        bool seen = false;
+        for (char *line = log; line && *line;) {
+            char *end = strchr(line, '\n');
+            if (end) *end = 0;
+            char *bf = strstr(line, "binding file ");
+            if (bf && strstr(line, want) && !strncmp(bf + 13, prog, strlen(prog))) {
+                seen = true;
+                cr_assert_not_null(strstr(line, "/liburing.so"), "%s is not liburing's: %s",
+                                   syms[i], line);
+            }
+            if (end) *end = '\n';
+            line = end ? end + 1 : NULL;
+        }
+        cr_assert(seen, "no binding of the program's %s was logged (log in %s)", syms[i],
+                  tmp_dir());
+    }
+    free(log);
+    run_free(&r);
+    g_passed = true;
+}
+
 /* lull's own banner: with LULL_CONF=verbose=1 it says "lull: <version> active". */
 Test(preload, lull_banner_with_verbose) {
     REQUIRE_PRELOADABLE_BUILD();
