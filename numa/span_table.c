@@ -4,12 +4,11 @@
 lull_span *lull_run_spans[LULL_RUN_SLICES];
 
 void lull_span_table_init_segment(lull_segment *s) {
-    uintptr_t off =
-        (uintptr_t)s - atomic_load_explicit(&lull_the_segment_run.lo, memory_order_relaxed);
-    if (off >= LULL_RUN_MAX_BYTES) return;
+    lull_span **run = lull_run_spans_of(s);
+    if (!run) return;
     /* span_head is zero in fresh memory: written here, it would only
      * dirty a page of the header */
     lull_span *none = lull_span_table_of(s)->slices;
     for (unsigned i = 0; i < LULL_SLICES; i++)
-        lull_run_spans[(off >> LULL_SLICE_SHIFT) + i] = none;
+        run[i] = none;
 }

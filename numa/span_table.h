@@ -62,16 +62,21 @@ static inline lull_span *lull_run_span_at(uintptr_t off) {
     return lull_run_spans[off >> LULL_SLICE_SHIFT];
 }
 
+/* Segment s's LULL_SLICES entries in the run's table, or NULL when s
+ * lies outside its reach. */
+static inline lull_span **lull_run_spans_of(const lull_segment *s) {
+    uintptr_t off =
+        (uintptr_t)s - atomic_load_explicit(&lull_the_segment_run.lo, memory_order_relaxed);
+    return off < LULL_RUN_MAX_BYTES ? &lull_run_spans[off >> LULL_SLICE_SHIFT] : NULL;
+}
+
 /* Slice `slice` of segment s leads to the descriptor `head_off` bytes
  * from slices[0] (0: no span), in both tables. */
 static inline void lull_span_head_set(lull_segment *s, unsigned slice, uint16_t head_off) {
     lull_span_table *table = lull_span_table_of(s);
     table->span_head[slice] = head_off;
-    uintptr_t off =
-        (uintptr_t)s - atomic_load_explicit(&lull_the_segment_run.lo, memory_order_relaxed);
-    if (off < LULL_RUN_MAX_BYTES)
-        lull_run_spans[(off >> LULL_SLICE_SHIFT) + slice] =
-            (lull_span *)((char *)table->slices + head_off);
+    lull_span **run = lull_run_spans_of(s);
+    if (run) run[slice] = (lull_span *)((char *)table->slices + head_off);
 }
 
 /* A new segment's entries in the run's table, all "no span" (span_head
