@@ -778,17 +778,9 @@ struct bindings {
     bool from_bound;     /* out: the library's binding of syms[0] was logged */
 };
 
-static void check_bindings(const char *prog, const char *const *argv, struct bindings *b) {
-    cr_assert_leq(b->nsyms, sizeof b->prog_bound / sizeof b->prog_bound[0]);
-    char out_env[PATH_MAX + 32];
-    snprintf(out_env, sizeof out_env, "LD_DEBUG_OUTPUT=%s/ld", tmp_dir());
-    const char *const env[] = {"LD_DEBUG=bindings", "LD_BIND_NOW=1", out_env, NULL};
-    struct run r = {.argv = argv, .env = env, .preload = true, .timeout_s = 120, .tag = "bindings"};
-    run_program(&r);
-    assert_clean_exit(&r);
-    assert_preloaded(&r);
-
-    /* The log of the traced process is ld.<pid>; there is exactly one. */
+/* The LD_DEBUG log a run with LD_DEBUG_OUTPUT=<tmp_dir()>/ld wrote: the
+ * traced process's is ld.<pid>, and there is exactly one (malloc'd). */
+static char *ld_debug_log(void) {
     char *log = NULL;
     DIR *d = opendir(tmp_dir());
     cr_assert(d != NULL);
@@ -800,6 +792,20 @@ static void check_bindings(const char *prog, const char *const *argv, struct bin
     }
     closedir(d);
     cr_assert(log != NULL, "no LD_DEBUG log: LD_DEBUG is not honoured here");
+    return log;
+}
+
+static void check_bindings(const char *prog, const char *const *argv, struct bindings *b) {
+    cr_assert_leq(b->nsyms, sizeof b->prog_bound / sizeof b->prog_bound[0]);
+    char out_env[PATH_MAX + 32];
+    snprintf(out_env, sizeof out_env, "LD_DEBUG_OUTPUT=%s/ld", tmp_dir());
+    const char *const env[] = {"LD_DEBUG=bindings", "LD_BIND_NOW=1", out_env, NULL};
+    struct run r = {.argv = argv, .env = env, .preload = true, .timeout_s = 120, .tag = "bindings"};
+    run_program(&r);
+    assert_clean_exit(&r);
+    assert_preloaded(&r);
+
+    char *log = ld_debug_log();
 
     char from[64];
     snprintf(from, sizeof from, "%s [", b->from);
@@ -1038,16 +1044,7 @@ Test(preload, a_program_with_its_own_io_uring_binds_to_its_liburing) {
     assert_clean_exit(&r);
     assert_preloaded(&r);
     cr_assert_str_eq(r.out, "OK\n", "uring_user printed: %s", r.out);
-    DIR *d = opendir(tmp_dir());
-    cr_assert_not_null(d);
-    char *log = NULL;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (!strncmp(e->d_name, "ld.", 3)) {
-            cr_assert_null(log, "more than one LD_DEBUG log");
-            log = read_file(path_in(e->d_name));
-        }
-    closedir(d);
-    cr_assert_not_null(log, "no LD_DEBUG log: LD_DEBUG is not honoured here");
+    char *log = ld_debug_log();
     static const char *const syms[] = {"io_uring_queue_init", "io_uring_submit",
                                        "io_uring_queue_exit"};
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
