@@ -409,6 +409,7 @@ static void apply_inbox(lull_heap *h) {
             lull_fatal("free(): block %p was written after another thread freed it", (void *)b);
         lull_block *next = lull_message_next(b);
         lull_span *span = lull_span_of(lull_segment_of(b), b);
+        lull_message_prefetch_hints(b, span->block_size); /* the blocks after next */
         check_suspect(span, b, suspects, &suspect_count);
         lull_block_set_next(b, span->free);
         span->free = b;

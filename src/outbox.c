@@ -36,6 +36,7 @@ lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32
         o->dest = owner;
     }
     lull_message_link(b, o->head);
+    lull_message_set_hints(b, block_size, o->head);
     if (!o->head) o->tail = b;
     o->head = b;
     o->bytes += block_size;

@@ -11,6 +11,7 @@
 #define LULL_SPAN_H
 
 #include "base/asm_operands.h"
+#include "base/prefetch.h"
 #include "numa/span_table.h"
 #include "base/types.h"
 
@@ -186,6 +187,33 @@ static inline void lull_message_link(lull_block *b, lull_block *next) {
 
 static inline lull_block *lull_message_next(const lull_block *b) {
     return (lull_block *)((&b->next_encoded)[1] ^ lull_link_key(b));
+}
+
+/* A message block's prefetch hints: the blocks two and three ahead in its
+ * message, in its third and fourth words when it has them (blocks of 24
+ * and of 32 bytes and more), written as the sender links it
+ * (src/outbox.c). The owner walks a message through its blocks' links,
+ * each a miss (another core wrote the block last), one after the other;
+ * with the hints it asks for the next blocks' lines while it applies this
+ * one (heap.c, apply_inbox). Hints are only ever prefetched, never
+ * followed: one that is stale, NULL or overwritten (a write after the
+ * free) costs a prefetch that fetches nothing useful, and a prefetch
+ * never faults. */
+static inline void lull_message_set_hints(lull_block *b, uint32_t block_size,
+                                          const lull_block *next) {
+    if (block_size < 3 * sizeof(uintptr_t)) return;
+    uintptr_t *word = &b->next_encoded;
+    const lull_block *ahead2 = next ? lull_message_next(next) : NULL;
+    word[2] = (uintptr_t)ahead2;
+    if (block_size >= 4 * sizeof(uintptr_t))
+        word[3] = (uintptr_t)(ahead2 ? lull_message_next(ahead2) : NULL);
+}
+
+static inline void lull_message_prefetch_hints(const lull_block *b, uint32_t block_size) {
+    if (block_size < 3 * sizeof(uintptr_t)) return;
+    const uintptr_t *word = &b->next_encoded;
+    lull_prefetch_for_write((const void *)word[2]);
+    if (block_size >= 4 * sizeof(uintptr_t)) lull_prefetch_for_write((const void *)word[3]);
 }
 
 static inline bool lull_block_in_message(const lull_block *b) {
