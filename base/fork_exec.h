@@ -23,6 +23,8 @@
 #define LULL_FORK_EXEC_H
 
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define LULL_FORK_EXEC_TEXT __attribute__((section(".text.sorted.lull_fork_exec")))
 #define LULL_FORK_EXEC_DATA __attribute__((section(".data1")))
@@ -33,6 +35,24 @@
  * only one there, and a default mutex holds no other state). */
 static inline void lull_mutex_reset_in_child(pthread_mutex_t *m) {
     *m = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+/* close(fd) for what a fork child runs: the system call itself, not the C library's
+ * wrapper, whose page of libc's text the child has not mapped (a page
+ * fault of every child whose parent's reclaim thread had opened its ring
+ * or its refault monitor). The result is not looked at, as the callers
+ * never did. */
+static inline void lull_close_unwrapped(int fd) {
+#if defined(__x86_64__)
+    long ret;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "0"((long)SYS_close), "D"((long)fd)
+                     : "rcx", "r11", "memory");
+    (void)ret;
+#else
+    (void)syscall(SYS_close, fd);
+#endif
 }
 
 #endif

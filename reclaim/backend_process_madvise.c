@@ -50,7 +50,7 @@ int purge_pm_open(purge_backend *b, const purge_range *probe, const char **what)
 }
 
 LULL_FORK_EXEC_TEXT void purge_pm_close(purge_backend *b, bool fd_ok) { /* a fork child runs it */
-    if (b->pidfd >= 0 && fd_ok) close(b->pidfd);
+    if (b->pidfd >= 0 && fd_ok) lull_close_unwrapped(b->pidfd);
     b->pidfd = -1;
     b->pm_ok = false;
 }

@@ -148,6 +148,10 @@ void purge_backend_close(purge_backend *b) {
     b->is_open = false;
 }
 
+static char closed_after_fork[] LULL_FORK_EXEC_DATA = "closed after fork";
+_Static_assert(sizeof closed_after_fork <= sizeof((purge_backend *)0)->fallback_reason,
+               "the reason fits");
+
 LULL_FORK_EXEC_TEXT void purge_backend_forget_after_fork(purge_backend *b) {
     /* The ring's pages are MADV_DONTFORK (not mapped here): never read or
      * unmap them, or the addresses may already hold the child's memory. The
@@ -158,13 +162,18 @@ LULL_FORK_EXEC_TEXT void purge_backend_forget_after_fork(purge_backend *b) {
         b->kind = LULL_BACKEND_MADVISE;
         return;
     }
-    if (b->ring_open && b->ring.ring_fd >= 0) close(b->ring.ring_fd);
+    if (b->ring_open && b->ring.ring_fd >= 0) lull_close_unwrapped(b->ring.ring_fd);
     memset(&b->ring, 0, sizeof b->ring);
     b->ring.ring_fd = -1;
     b->ring_open = false;
     b->iowq_pinned = false;
     purge_pm_close(b, true);
-    if (b->kind != LULL_BACKEND_MADVISE) purge_set_reason(b, "closed after fork", 0);
+    if (b->kind != LULL_BACKEND_MADVISE) {
+        /* purge_set_reason()'s copy, from this page, not .rodata's (a
+         * page of the child's for 18 bytes) */
+        memcpy(b->fallback_reason, closed_after_fork, sizeof closed_after_fork);
+        b->fallback_errno = 0;
+    }
     b->kind = LULL_BACKEND_MADVISE;
     b->is_open = false;
 }

@@ -7,6 +7,7 @@
 #include "reclaim/uffd.h"
 #include "base/bitmap.h"
 #include "base/config.h"
+#include "base/fork_exec.h"
 #include "base/message.h"
 
 #define SCAN_EVERY_MS 50
@@ -23,9 +24,11 @@ static segment_refault *refault_of(const lull_segment *s) {
     return lull_segment_part(s, LULL_META_REFAULT_AT);
 }
 
-static refault_monitor M;
-static bool opened;
-static uint32_t last_scan_ms;
+/* written by a fork child (lull_refault_after_fork_child): on
+ * base/fork_exec.h's page */
+static refault_monitor M LULL_FORK_EXEC_DATA;
+static bool opened LULL_FORK_EXEC_DATA;
+static uint32_t last_scan_ms LULL_FORK_EXEC_DATA;
 _Atomic uint64_t lull_refault_pages_seen;
 static _Atomic uint64_t distance_sum_ms, distance[LULL_COUNTERS_REFAULT_BUCKETS];
 
@@ -128,7 +131,7 @@ void lull_refault_tick(uint32_t now) {
  * monitor when it starts (lull_refault_start), and a child that execs
  * first opens nothing. Before, the monitor was reopened here and again by
  * that thread, leaking the first pair of descriptors. */
-void lull_refault_after_fork_child(void) {
+LULL_FORK_EXEC_TEXT void lull_refault_after_fork_child(void) {
     if (!opened) return;
     refault_monitor_close(&M);
     opened = false;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "reclaim/uffd.h"
 #include "base/fault.h"
+#include "base/fork_exec.h"
 #include "base/linux_compat.h"
 #include "base/message.h"
 
@@ -285,9 +286,19 @@ const char *refault_mechanism_name(refault_mechanism k) {
     return "?";
 }
 
-void refault_monitor_close(refault_monitor *m) {
-    close_fd(&m->uffd);
-    close_fd(&m->pagemap);
+/* close_fd() for what a fork child runs: one store after each close (two
+ * stores together, gcc merges into one 8-byte store of a constant it
+ * loads from .rodata, a page of the child's for nothing). */
+LULL_FORK_EXEC_TEXT static void close_fd_unwrapped(int *fd) {
+    if (*fd >= 0) lull_close_unwrapped(*fd);
+    *fd = -1;
+}
+
+/* Also what a fork child runs (lull_refault_after_fork_child): in
+ * base/fork_exec.h's group. */
+LULL_FORK_EXEC_TEXT void refault_monitor_close(refault_monitor *m) {
+    close_fd_unwrapped(&m->uffd);
+    close_fd_unwrapped(&m->pagemap);
     m->kind = REFAULT_OFF;
     m->reason = "refault monitor closed";
 }

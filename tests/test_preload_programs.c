@@ -748,6 +748,35 @@ Test(preload, threaded_churn) {
     g_passed = true;
 }
 
+/* What forgetting the parent's purge ring and refault monitor costs a fork
+ * child in page faults (each some 14 us on a PVM guest, 4 on a Firecracker
+ * one): tests/programs/fork_faults.c prints the fewest faults a child took
+ * before lull's reclaim thread existed and once it had opened both, in one
+ * process (one layout). Allowed: one for the reclaim thread's descriptor,
+ * which glibc's child handler writes, and one of margin. Before the
+ * refault monitor's after-fork code and data joined base/fork_exec.h's
+ * group and the child's closes went around libc's wrapper, a child took
+ * 4-5 more. */
+Test(preload, a_fork_child_takes_few_page_faults_of_lull) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX];
+    built_program(prog, sizeof prog, "fork_faults");
+    const char *const argv[] = {prog, NULL};
+    struct run r = {.argv = argv, .preload = true, .timeout_s = 120, .tag = "fork_faults"};
+    run_program(&r);
+    assert_clean_exit(&r);
+    assert_preloaded(&r);
+    long before = -1, after = -1;
+    cr_assert_eq(sscanf(r.out, "before %ld after %ld", &before, &after), 2, "it printed: %s",
+                 r.out);
+    cr_expect_leq(after, before + 2,
+                  "a fork child took %ld page faults once lull's thread had opened its ring "
+                  "and refault monitor, %ld before",
+                  after, before);
+    run_free(&r);
+    g_passed = true;
+}
+
 Test(preload, cxx_newdelete) {
     REQUIRE_PRELOADABLE_BUILD();
     char prog[PATH_MAX];
