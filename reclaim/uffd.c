@@ -24,8 +24,12 @@
 #define REFAULT_WP_CATEGORIES ((__u64)PAGE_IS_WRITTEN)
 #define REFAULT_PRESENT_CATEGORIES ((__u64)(PAGE_IS_PRESENT | PAGE_IS_SWAPPED))
 
-static void close_fd(int *fd) {
-    if (*fd >= 0) close(*fd);
+/* Also what a fork child runs (refault_monitor_close): in base/fork_exec.h's
+ * group, closing through the system call. One store after each close:
+ * where two were together, gcc merged them into one 8-byte store of a
+ * constant it loads from .rodata, a page of the child's for nothing. */
+LULL_FORK_EXEC_TEXT static void close_fd(int *fd) {
+    if (*fd >= 0) lull_close_unwrapped(*fd);
     *fd = -1;
 }
 
@@ -286,19 +290,11 @@ const char *refault_mechanism_name(refault_mechanism k) {
     return "?";
 }
 
-/* close_fd() for what a fork child runs: one store after each close (two
- * stores together, gcc merges into one 8-byte store of a constant it
- * loads from .rodata, a page of the child's for nothing). */
-LULL_FORK_EXEC_TEXT static void close_fd_unwrapped(int *fd) {
-    if (*fd >= 0) lull_close_unwrapped(*fd);
-    *fd = -1;
-}
-
 /* Also what a fork child runs (lull_refault_after_fork_child): in
  * base/fork_exec.h's group. */
 LULL_FORK_EXEC_TEXT void refault_monitor_close(refault_monitor *m) {
-    close_fd_unwrapped(&m->uffd);
-    close_fd_unwrapped(&m->pagemap);
+    close_fd(&m->uffd);
+    close_fd(&m->pagemap);
     m->kind = REFAULT_OFF;
     m->reason = "refault monitor closed";
 }

@@ -80,7 +80,7 @@ Test(fork_exec_layout, the_fork_child_and_constructor_text_is_in_the_window_of_i
         "purge_pm_close",
         "lull_refault_after_fork_child",
         "refault_monitor_close",
-        "close_fd_unwrapped",
+        "close_fd",
         "_exit",
         "execve",
         "run_at_exit",
