@@ -207,7 +207,6 @@ again:
                 unsigned at = (unsigned)best[pass].first;
                 lull_take_result r = claim_run(s, at, n, zeroed);
                 if (r == LULL_TAKE_OK) {
-                    a->hint = s;
                     pthread_mutex_unlock(&a->lock);
                     span_init_slices(s, at, n);
                     return &lull_span_table_of(s)->slices[at];
@@ -222,16 +221,19 @@ again:
                 }
             }
         }
-        /* no region has a run for it (or thp is off): any run, first fit */
-        lull_segment *first = a->hint ? a->hint : atomic_load(&a->segments);
-        lull_segment *s = first;
-        for (int wrapped = 0; s && !(wrapped && s == first);) {
+        /* no region has a run for it (or thp is off): any run, first fit
+         * from the newest segment. Not next fit from where the last search
+         * succeeded: that walked a churn through every dirty slice of the
+         * arena, each taken again before it was old enough to purge
+         * (tests/soak at a 2 s delay held 490 MiB dirty at 64 MiB live;
+         * first fit 50). First fit leaves what a churn does not need alone
+         * to age (test_arena's a_steady_churn_takes_the_same_slices_again). */
+        for (lull_segment *s = atomic_load(&a->segments); s; s = s->next) {
             for (int tries = 0; tries < 4; tries++) {
                 int idx = find_in_segment(s, n, pass);
                 if (idx < 0) break;
                 lull_take_result r = claim_run(s, (unsigned)idx, n, zeroed);
                 if (r == LULL_TAKE_OK) {
-                    a->hint = s;
                     pthread_mutex_unlock(&a->lock);
                     span_init_slices(s, (unsigned)idx, n);
                     return &lull_span_table_of(s)->slices[idx];
@@ -240,11 +242,6 @@ again:
                  * any other run needs clean ones too */
                 if (r == LULL_TAKE_OVER_LIMIT) goto over_limit;
                 /* the reclaim thread claimed part of it meanwhile: look again */
-            }
-            s = s->next;
-            if (!s && !wrapped) {
-                s = atomic_load(&a->segments);
-                wrapped = 1;
             }
         }
     }
@@ -259,7 +256,6 @@ again:
     }
     LULL_RACE_POINT(LULL_RACE_SEGMENT_NEW);
     lull_take_result r = claim_run(s, LULL_META_SLICES, n, zeroed);
-    a->hint = s;
     pthread_mutex_unlock(&a->lock);
     if (r == LULL_TAKE_OK) {
         span_init_slices(s, LULL_META_SLICES, n);
@@ -271,7 +267,7 @@ again:
     if (*over) return NULL;
     /* The segment is published (segment_create): the reclaim thread's
      * warm reserve, which claims clean slices without the arena lock, took
-     * part of the run meanwhile. Look again (the hint leads to the new
+     * part of the run meanwhile. Look again (the search starts at the new
      * segment, which has more): returning NULL made a malloc(962) fail
      * with no limit set (tsan_reclaim in CI; test_race_segment) */
     goto again;

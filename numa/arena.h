@@ -17,7 +17,6 @@ typedef struct lull_arena {
     pthread_mutex_t lock;           /* request threads' span search and growth */
     lull_segment *_Atomic segments; /* newest first; never removed */
     _Atomic uint32_t segment_count;
-    lull_segment *hint; /* where the last search succeeded */
     int node;
     _Atomic uint64_t fallback_allocs; /* spans taken from another node's arena */
 } lull_arena;

@@ -428,3 +428,38 @@ Test(arena, lazy_slices_are_taken_before_fresh_clean_ones, .init = setup) {
     for (unsigned i = high_first; i < high_first + 4; i++)
         cr_assert_not(bit(lull_slice_maps_of(seg)->lazy, i), "slice %u still marked lazy", i);
 }
+
+/* A steady churn takes the same slices again: the search is first fit from
+ * the newest segment, not next fit from where the last search succeeded, so
+ * the dirty slices a churn does not need stop being taken, age, and are
+ * purged. Next fit walked a working set larger than a segment through every
+ * dirty slice of the arena, each taken again before it was old enough to
+ * purge (tests/soak with a 2 s delay: 490 MiB dirty at 64 MiB live). */
+Test(arena, a_steady_churn_takes_the_same_slices_again, .init = setup) {
+    enum { SLICES = 16, PER_SEGMENT = USABLE_SLICES / SLICES, SEGMENTS = 6 };
+    enum { ALL = PER_SEGMENT * SEGMENTS, LIVE = PER_SEGMENT + PER_SEGMENT / 2 };
+    static lull_arena a;
+    arena_init(&a);
+    bool zeroed;
+    static lull_span *span[ALL];
+    for (int i = 0; i < ALL; i++)
+        cr_assert_not_null(span[i] = lull_arena_alloc_span(&a, SLICES, &zeroed));
+    for (int i = 0; i < ALL; i++)
+        lull_arena_free_span(span[i]); /* all of them dirty */
+    /* a FIFO of LIVE spans, one taken and the oldest given back each round */
+    static lull_span *fifo[LIVE], *seen[ALL];
+    int distinct = 0;
+    for (int r = 0; r < 4 * ALL; r++) {
+        if (r >= LIVE) lull_arena_free_span(fifo[r % LIVE]);
+        lull_span *s = fifo[r % LIVE] = lull_arena_alloc_span(&a, SLICES, &zeroed);
+        cr_assert_not_null(s);
+        int k = 0;
+        while (k < distinct && seen[k] != s)
+            k++;
+        if (k == distinct) seen[distinct++] = s;
+    }
+    cr_assert_leq(distinct, LIVE + SLICES, "a churn of %d spans took %d places of %d", LIVE,
+                  distinct, ALL);
+    for (int r = 0; r < LIVE; r++)
+        lull_arena_free_span(fifo[r]);
+}
