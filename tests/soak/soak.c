@@ -394,14 +394,18 @@ int main(int argc, char **argv) {
             uint64_t purged = 0;
             for (int k = 1; k < LULL_COUNTERS_BACKEND_COUNT; k++)
                 purged += lc.purge_bytes[k];
+            uint64_t huge_cache = 0;
+            for (uint64_t k = 0; k < lc.node_count && k < LULL_COUNTERS_MAX_NODES; k++)
+                huge_cache += lc.nodes[k].huge_cache_bytes;
             const struct lull_counters_accounting *a = &lc.total;
             printf("soak: %4.0f s %6.2f M ops | live %4zu MiB, RSS %4zu (LazyFree %3zu) | lull: "
-                   "live %4llu span_free %3llu dirty %3llu warm %3llu purged %4llu MiB | purged "
-                   "%6llu MiB so far, delay %lld ms, %s\n",
+                   "live %4llu span_free %3llu dirty %3llu warm %3llu purged %4llu MiB, of "
+                   "which huge cache %3llu | purged %6llu MiB so far, delay %lld ms, %s\n",
                    now - start, (double)s.ops / 1e6, live >> 20, rss_all >> 20, lazy >> 20,
                    (unsigned long long)a->live >> 20, (unsigned long long)a->span_free >> 20,
                    (unsigned long long)a->dirty >> 20, (unsigned long long)a->warm >> 20,
-                   (unsigned long long)a->purged >> 20, (unsigned long long)purged >> 20,
+                   (unsigned long long)a->purged >> 20, (unsigned long long)huge_cache >> 20,
+                   (unsigned long long)purged >> 20,
                    lc.purge_delay_ms == LULL_COUNTERS_DELAY_NEVER ? -1LL
                                                                   : (long long)lc.purge_delay_ms,
                    lull_counters_purge_mode_name(lc.purge_mode));
