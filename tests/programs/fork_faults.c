@@ -11,6 +11,8 @@
  * LD_PRELOAD=liblull.so; tests/test_preload_programs.c,
  * `a_fork_child_takes_few_page_faults_of_lull`, compares the two. */
 #define _GNU_SOURCE
+#include "tests/support/timing.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -20,7 +22,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define CHILDREN 40
@@ -49,11 +50,6 @@ static bool fd_open(const char *what) {
     }
     closedir(d);
     return found;
-}
-
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000};
-    nanosleep(&t, NULL);
 }
 
 /* The fewest faults of CHILDREN children, -1 on an error. */
@@ -93,14 +89,13 @@ int main(void) {
      * its ring and then its refault monitor (a scan of pagemap) */
     for (int i = 0; i < BLOCKS; i++)
         free(blocks[i]);
-    int waited = 0;
-    while (!(fd_open("io_uring") && fd_open("pagemap")) && waited < 60000) {
+    uint64_t deadline = now_ms() + 60000;
+    while (!(fd_open("io_uring") && fd_open("pagemap"))) {
+        if (now_ms() >= deadline) {
+            printf("NOT-READY\n");
+            return 3;
+        }
         sleep_ms(10);
-        waited += 10;
-    }
-    if (waited >= 60000) {
-        printf("NOT-READY\n");
-        return 3;
     }
     long after = fewest_child_faults();
     if (before < 0 || after < 0) return 5;
