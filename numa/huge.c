@@ -51,6 +51,22 @@ static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
     return (char *)h + h->block_offset;
 }
 
+/* The room a new mapping gets for a block of `size` bytes: rounded up past
+ * the size to a granule, 1/32 of the largest power of two at or below it
+ * (512 KiB for 16-32 MiB, 1 MiB for 32-64 MiB, ...). A server's buffers
+ * differ by a few pages from one request to the next; with each mapping
+ * exactly its first block's size, a buffer of 32 MiB and 4 KiB found no
+ * room in the cached mapping of a 32 MiB one and was mapped anew, and
+ * bench/buffer_cycle (32 MiB +0, +4 and +8 KiB, one at a time) kept three
+ * mappings dirty where one serves (docs/status.md, session 21). The tail
+ * is address space until a block uses it: a page never touched is never
+ * resident. Within the cache's fit rule (lull_huge_fits: an eighth). */
+static size_t huge_room_for(size_t size) {
+    size_t granule = ((size_t)1 << (63 - __builtin_clzll(size))) / 32;
+    if (granule < LULL_PAGE_SIZE) granule = LULL_PAGE_SIZE;
+    return (size / granule + 1) * granule;
+}
+
 /* The block starts a whole slice (or its alignment) after the header: the
  * span descriptors a free() of an interior pointer reads then lie in the
  * header's own untouched pages, never in the caller's data. *over: the
@@ -62,7 +78,7 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
                     : alignment <= LULL_SEGMENT_SIZE ? alignment
                                                      : LULL_SEGMENT_SIZE;
-    size_t need = offset + LULL_PAGES_OF(size);
+    size_t need = offset + huge_room_for(size);
     size_t slack = alignment > LULL_SEGMENT_SIZE ? alignment : LULL_SEGMENT_SIZE;
     /* the header and the block are resident once touched (the slack never
      * is): counted before the mapping exists, given back if it fails */

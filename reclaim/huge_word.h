@@ -80,8 +80,9 @@ static inline uint64_t lull_huge_word_with_state(uint64_t w, int state) {
  * while fresh mappings had 32 MiB of alignment slack in their room, that
  * slack too), a program replacing 20-64 MiB blocks at random reused
  * mappings up to twice the size it asked for, and its peak RSS was 1.5
- * times glibc's. A fresh mapping's room is its size in pages (huge.c), so a
- * mapping made for a size always fits that size again. */
+ * times glibc's. A fresh mapping's room is its size rounded up to a
+ * granule of at most 1/32 of it (huge.c, huge_room_for), so a mapping made
+ * for a size always fits that size again. */
 static inline bool lull_huge_fits(size_t room, size_t size) {
     if (room < size) return false;
     size_t pages = LULL_PAGES_OF(size);

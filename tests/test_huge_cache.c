@@ -248,6 +248,29 @@ Test(huge_cache, a_mapping_made_for_a_size_fits_that_size_again, .init = setup) 
     fits_again(24 * MiB);
 }
 
+/* Sizes a few pages apart share one mapping: a buffer of 32 MiB, then one
+ * of 32 MiB and 4 KiB, then 32 MiB and 8 KiB, one at a time, take the first
+ * one's cached mapping back (a mapping's room is rounded up past its first
+ * size, numa/huge.c). With each mapping exactly its first block's size,
+ * bench/buffer_cycle kept three mappings dirty, one per size. */
+Test(huge_cache, sizes_a_few_pages_apart_share_one_mapping, .init = setup) {
+    size_t sizes[] = {32 * MiB, 32 * MiB + 4 * KiB, 32 * MiB + 8 * KiB, 32 * MiB, 31 * MiB};
+    struct lull_counters c0 = snap("start");
+    lull_huge *first = NULL;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char *p = lull_malloc(sizes[i]);
+        cr_assert_not_null(p);
+        fill(p, sizes[i], i);
+        if (!first) first = header_of(p);
+        cr_assert_eq(header_of(p), first, "malloc(%zu KiB) mapped anew beside a cached mapping",
+                     sizes[i] >> 10);
+        cr_assert(check(p, sizes[i], i));
+        lull_free(p);
+    }
+    struct lull_counters c1 = snap("end");
+    cr_assert_eq(counts(&c1).misses - counts(&c0).misses, 1, "only the first malloc maps");
+}
+
 /* A cached mapping that a huge malloc passed over (too large for it by more
  * than an eighth) is purged at the next tick, not after the purge delay
  * (ten minutes here): the sizes asked for moved on, and its pages would
