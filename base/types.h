@@ -225,8 +225,13 @@ typedef struct lull_huge {
     uint32_t block_offset; /* from the header */
     int node;
     _Atomic int freed;
+    /* ms from its last free to its last reuse from the cache, or
+     * LULL_HUGE_NO_GAP (reclaim/huge_word.h, lull_huge_hold_ms) */
+    uint32_t reuse_gap_ms;
     struct lull_huge *next; /* reclaim queue link */
 } lull_huge;
+
+#define LULL_HUGE_NO_GAP UINT32_MAX
 
 /* A span queue: doubly linked, head is where malloc looks first. */
 typedef struct lull_span_queue {

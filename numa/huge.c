@@ -124,6 +124,7 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     h->usable = need - offset;
     h->block_offset = (uint32_t)offset;
     h->node = node;
+    h->reuse_gap_ms = LULL_HUGE_NO_GAP;
     atomic_store_explicit(&h->freed, 0, memory_order_relaxed);
     lull_huge_accounting *a = acct_of(h);
     ACCT_ADD(mapped, map_len);

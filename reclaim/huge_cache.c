@@ -3,6 +3,7 @@
 #include "reclaim/huge_queue.h"
 #include "base/config.h"
 #include "base/resident.h"
+#include "numa/arena.h"
 #include "numa/huge.h"
 #include "base/fork_exec.h"
 
@@ -14,6 +15,9 @@ static _Atomic uint64_t slots[LULL_HUGE_CACHE_SLOTS];
  * time is then a little later, never earlier, than the entry's); the
  * reclaim thread reads it after it has seen the word. */
 static _Atomic uint32_t freed_ms[LULL_HUGE_CACHE_SLOTS];
+/* Each entry's reuse gap (h->reuse_gap_ms when it was cached), written and
+ * read as freed_ms: the reclaim thread reads no header it does not own. */
+static _Atomic uint32_t gap_ms[LULL_HUGE_CACHE_SLOTS];
 /* Huge mallocs that found no mapping that fits, and their count when each
  * entry was cached (written with freed_ms, read the same way): an entry
  * that a later malloc passed over is not what mallocs ask for now. */
@@ -52,6 +56,7 @@ bool lull_huge_cache_put(lull_huge *h, uint32_t now_ms) {
         uint64_t expected = atomic_load_explicit(&slots[i], memory_order_relaxed);
         if (expected) continue;
         atomic_store_explicit(&freed_ms[i], now_ms, memory_order_relaxed);
+        atomic_store_explicit(&gap_ms[i], h->reuse_gap_ms, memory_order_relaxed);
         atomic_store_explicit(&misses_at_put[i], atomic_load(&misses), memory_order_relaxed);
         if (atomic_compare_exchange_strong_explicit(&slots[i], &expected, w, memory_order_release,
                                                     memory_order_relaxed))
@@ -106,6 +111,10 @@ static lull_huge *take_cached(size_t size, int node, bool *zeroed) {
             continue;
         }
         lull_huge *h = best.h;
+        /* ours now: how long it waited (a racing putter may have written a
+         * later time into the slot: the gap is then shorter) */
+        h->reuse_gap_ms =
+            lull_now_ms() - atomic_load_explicit(&freed_ms[best_slot], memory_order_relaxed);
         *zeroed = best.state == LULL_HC_CLEAN;
         atomic_fetch_sub_explicit(&cached_bytes, h->map_len, memory_order_relaxed);
         account_freed(h, true);
@@ -122,7 +131,10 @@ lull_huge *lull_huge_cache_take(size_t size, int node, bool *zeroed) {
      * anyway while the queue is backlogged (huge_queue.h) */
     h = lull_huge_queue_take(size, node,
                              __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED));
-    if (h) *zeroed = false; /* never purged: the reclaim thread purges only what it owns */
+    if (h) {
+        *zeroed = false; /* never purged: the reclaim thread purges only what it owns */
+        h->reuse_gap_ms = LULL_HUGE_NO_GAP; /* the queue keeps no time */
+    }
     if (!h) atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
     return h;
 }
@@ -153,6 +165,7 @@ bool lull_huge_cache_peek(unsigned i, lull_huge_cache_entry *e) {
     if (!w) return false;
     lull_huge_word_decode(w, e);
     e->freed_ms = atomic_load_explicit(&freed_ms[i], memory_order_relaxed);
+    e->gap_ms = atomic_load_explicit(&gap_ms[i], memory_order_relaxed);
     return true;
 }
 

@@ -111,16 +111,31 @@ static bool drain_queue(struct purge_backend *b, uint32_t now, uint64_t bound,
     return work;
 }
 
+/* Is a DIRTY entry past the purge delay still held (lull_huge_hold_ms)?
+ * Held ones count in *held, which stays within a sixteenth of the cache's
+ * bound (64 MiB by default): beyond it an entry goes as before. */
+static bool held(const lull_huge_cache_entry *e, uint32_t now, uint64_t *held_bytes) {
+    uint32_t hold = lull_huge_hold_ms(e->gap_ms);
+    if ((int32_t)(now - e->freed_ms) >= (int32_t)hold) return false;
+    uint64_t room = __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED) / 16;
+    if (*held_bytes + e->usable > room) return false;
+    *held_bytes += e->usable;
+    return true;
+}
+
 static bool purge_cached(struct purge_backend *b, uint32_t now, long delay, int advice,
                          lull_huge_reclaim_counts *c) {
     uint32_t freed_before = now - (uint32_t)delay;
     bool work = false;
+    uint64_t held_bytes = 0;
     lull_huge_cache_entry e;
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         if (!lull_huge_cache_peek(i, &e)) continue;
         int how;
         bool claimed = false;
-        if (e.state == LULL_HC_DIRTY && (int32_t)(freed_before - e.freed_ms) >= 0)
+        /* a held entry a malloc passed over since goes below, at once */
+        if (e.state == LULL_HC_DIRTY && (int32_t)(freed_before - e.freed_ms) >= 0 &&
+            !held(&e, now, &held_bytes))
             how = advice;
         else if (e.state == LULL_HC_LAZY &&
                  (int32_t)(now - lazy_since_ms[i]) >= LULL_POLICY_LAZY_MAX_MS)

@@ -12,6 +12,8 @@
 #include "lull/counters.h"
 #include "numa/arena.h"
 #include "reclaim/huge_cache.h"
+#include "reclaim/huge_reclaim.h"
+#include "reclaim/purge_backend.h"
 #include "reclaim/reclaim.h"
 #include "base/types.h"
 
@@ -269,6 +271,81 @@ Test(huge_cache, sizes_a_few_pages_apart_share_one_mapping, .init = setup) {
     }
     struct lull_counters c1 = snap("end");
     cr_assert_eq(counts(&c1).misses - counts(&c0).misses, 1, "only the first malloc maps");
+}
+
+/* The hold rule itself: twice the wait before the last reuse, plus the
+ * slack, for waits up to LULL_HUGE_HOLD_GAP_MAX_MS; none past it or for a
+ * mapping never reused. */
+Test(huge_cache, the_hold_rule) {
+    cr_assert_eq(lull_huge_hold_ms(0), LULL_HUGE_HOLD_SLACK_MS);
+    cr_assert_eq(lull_huge_hold_ms(100), 200 + LULL_HUGE_HOLD_SLACK_MS);
+    cr_assert_eq(lull_huge_hold_ms(LULL_HUGE_HOLD_GAP_MAX_MS),
+                 2 * LULL_HUGE_HOLD_GAP_MAX_MS + LULL_HUGE_HOLD_SLACK_MS);
+    cr_assert_eq(lull_huge_hold_ms(LULL_HUGE_HOLD_GAP_MAX_MS + 1), 0);
+    cr_assert_eq(lull_huge_hold_ms(LULL_HUGE_NO_GAP), 0);
+}
+
+/* p's cache entry, which must be there. */
+static lull_huge_cache_entry entry_of(const void *p, int *slot) {
+    lull_huge_cache_entry e;
+    *slot = slot_of(p, &e);
+    cr_assert_geq(*slot, 0, "the freed mapping is not in the cache");
+    return e;
+}
+
+/* One of the reclaim thread's huge ticks, run here at `now` with a purge
+ * delay of 0 (the thread's own ticks purge nothing: the delay is never). */
+static void tick_at(uint32_t now) {
+    purge_backend b = {0}; /* never opened: madvise */
+    lull_huge_reclaim_counts c = {0};
+    lull_huge_reclaim_tick(&b, now, 0, MADV_DONTNEED, &c);
+}
+
+/* A mapping taken back from the cache records how long it waited, and once
+ * freed again it is held from its purge for lull_huge_hold_ms of that,
+ * whatever the delay: a request's buffer is not purged between requests.
+ * One never reused is purged at the delay. Held mappings stay within a
+ * sixteenth of huge_cache_mb. The ticks run at chosen times, so nothing
+ * here depends on how fast the machine is. */
+Test(huge_cache, a_mapping_that_comes_back_is_held_from_its_purge, .init = setup) {
+    int i;
+    char *p = lull_malloc(SIZE);
+    cr_assert_not_null(p);
+    fill(p, SIZE, 1);
+    lull_free(p);
+    lull_huge_cache_entry e = entry_of(p, &i);
+    cr_assert_eq(e.gap_ms, LULL_HUGE_NO_GAP, "a mapping never reused has a gap of %u ms", e.gap_ms);
+    tick_at(e.freed_ms); /* its age is 0, the delay too */
+    cr_assert_eq(entry_of(p, &i).state, LULL_HC_CLEAN, "never reused, and not purged at the delay");
+
+    char *q = lull_malloc(SIZE);
+    cr_assert_eq(q, p);
+    fill(q, SIZE, 2);
+    lull_free(q);
+    e = entry_of(p, &i);
+    cr_assert_neq(e.gap_ms, LULL_HUGE_NO_GAP, "its reuse left no gap");
+    uint32_t hold = lull_huge_hold_ms(e.gap_ms);
+    if (hold) {
+        tick_at(e.freed_ms + hold - 1);
+        cr_assert_eq(entry_of(p, &i).state, LULL_HC_DIRTY, "purged %u ms into a hold of %u ms",
+                     hold - 1, hold);
+        cr_assert(check(p, SIZE, 2));
+    } else {
+        cr_log_warn("the reuse waited %u ms: longer than a hold allows", e.gap_ms);
+    }
+    tick_at(e.freed_ms + hold);
+    cr_assert_eq(entry_of(p, &i).state, LULL_HC_CLEAN, "still held at the end of its hold");
+
+    /* held bytes stay within huge_cache_mb / 16: 37.5 MiB < SIZE */
+    cr_assert(lull_configure("huge_cache_mb", "600"));
+    q = lull_malloc(SIZE);
+    cr_assert_eq(q, p);
+    fill(q, SIZE, 3);
+    lull_free(q);
+    e = entry_of(p, &i);
+    tick_at(e.freed_ms);
+    cr_assert_eq(entry_of(p, &i).state, LULL_HC_CLEAN, "held past the bound on held bytes");
+    cr_assert(lull_configure("huge_cache_mb", "1024"));
 }
 
 /* A cached mapping that a huge malloc passed over (too large for it by more

@@ -199,6 +199,10 @@ Test(limits, the_estimate_is_the_statistics_resident_bound, .init = setup) {
     /* cached mappings purged (CLEAN, then LAZY) count their header only,
      * and their block again once a malloc takes them back */
     lull_set_purge_delay_ms(0);
+    /* taken back and freed again, a mapping would be held from its purge
+     * (lull_huge_hold_ms) within huge_cache_mb / 16: a bound whose
+     * sixteenth is smaller than the mapping holds none */
+    cr_assert(lull_configure("huge_cache_mb", "512"));
     for (int lazy = 0; lazy < 2; lazy++) {
         cr_assert(lull_configure("purge_mode", lazy ? "free" : "dontneed"));
         h = lull_malloc(HUGE_SIZE);
@@ -216,6 +220,7 @@ Test(limits, the_estimate_is_the_statistics_resident_bound, .init = setup) {
         lull_free(again);
         lull_set_purge_delay_ms(0);
     }
+    cr_assert(lull_configure("huge_cache_mb", "1024"));
 }
 
 /* ---- the limit ------------------------------------------------------------ */
