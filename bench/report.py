@@ -40,7 +40,7 @@ HARD, NOHARD = "lull-hard", "lull-nohard"  # LULL_HARDENING=ON / OFF (hardening)
 THP_NEVER, THP_AUTO = "lull-thp-never", "lull-thp-auto"  # LULL_CONF=thp=never / auto (thp)
 VARIANTS = [DELAY0, HARD, NOHARD, "glibc-hugetlb", THP_NEVER, THP_AUTO]
 SCENARIOS = ["stall", "throughput", "callgrind", "latency", "burst", "redis", "hardening", "forkexec",
-             "footprint", "defrag", "thp"]
+             "hugeoverload", "buffercycle", "footprint", "defrag", "thp"]
 HIGHER_BETTER = {"Mops/s", "req/s"}
 INFO_UNITS = {"requests", "pairs", "blocks", "%", "keys", "steps", "passes", "bool"}
 
@@ -53,6 +53,8 @@ TITLES = {
     "redis": "redis-server",
     "hardening": "Hardening: lull with and without its double-free check (issue #8)",
     "forkexec": "fork + execve(/bin/true) + waitpid from a process with a small heap",
+    "hugeoverload": "Freed huge blocks under overload: 3 threads, 0.5 % of operations on 20 MiB blocks",
+    "buffercycle": "A 32 MiB buffer every request, 100 ms apart, beside a span churn",
     "footprint": "Footprint: peak RSS, RSS after idle, pages given back",
     "defrag": "Active defragmentation of a table 75 % deleted at random (issue 15)",
     "thp": "Transparent hugepages: coverage of a small-object heap, a TLB-bound workload (issue 16)",
@@ -89,6 +91,11 @@ GOALS = [
     ("burst", "rss_after_idle_mib", "rss_goal_base", None,
      "RSS after the long idle <= live * 1.05 + 8 MiB (live: rss_base_mib)"),
     ("forkexec", "forkexec_us_median", "<=glibc*", 1.3, "fork+exec+wait median <= 1.3 x glibc (issue 12)"),
+    # the mission: no stall from giving memory back, without keeping it
+    ("buffercycle", "request_ms_median", "<=glibc*", 0.2,
+     "buffer_cycle: a request <= 0.2 x glibc's time (its buffer not faulted back in)"),
+    ("buffercycle", "rss_end_mib", "<each", ["tcmalloc"],
+     "buffer_cycle: RSS at the end below tcmalloc's (which keeps the buffer too)"),
     # footprint suite: the geomean is over the footprint scenarios (see footprint_geomeans)
     ("footprint", FOOTPRINT_GEOMEAN, "<=glibc*", 1.15, "footprint: geomean peak RSS <= 1.15 x glibc"),
     ("footprint", FOOTPRINT_GEOMEAN, "<each", ["jemalloc", "mimalloc"],

@@ -5,7 +5,7 @@
 #                [--allocators NAME[,NAME...]] [--out DIR] [--no-build-lull]
 #
 # Scenarios: stall throughput callgrind latency burst redis hardening
-# forkexec hugeoverload footprint defrag (default: all of these) and thp (only
+# forkexec hugeoverload buffercycle footprint defrag (default: all of these) and thp (only
 # when named in --only: ~3 min a run at full size). Allocators: glibc jemalloc
 # mimalloc tcmalloc lull (default: all). lull is build/liblull.so under the
 # repository root, or $LULL_SO; when it is not there its rows say "missing"
@@ -40,8 +40,8 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload footprint
-    defrag thp)
+SCENARIOS=(stall throughput callgrind latency burst redis hardening forkexec hugeoverload
+    buffercycle footprint defrag thp)
 OPT_IN=(thp) # not in the default selection: only with --only
 runs=
 redis_runs=
@@ -242,6 +242,11 @@ for sc in "${selected[@]}"; do
         hs=${HUGE_OVERLOAD_SECONDS:-$([ $quick = 1 ] && echo 3 || echo 20)}
         run_interleaved hugeoverload huge_overload $((hs + 120)) "$(bench_bin huge_overload)" \
             --seconds "$hs"
+        ;;
+    buffercycle)
+        # a 32 MiB buffer a request, 100 ms apart, beside a span churn (~6 s
+        # a run under the allocators that fault it back in each time)
+        run_interleaved buffercycle buffer_cycle 120 "$(bench_bin buffer_cycle)" "${q[@]}"
         ;;
     footprint)
         # one process per footprint scenario (the program lists them), so
