@@ -62,8 +62,11 @@ static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
  * is address space until a block uses it: a page never touched is never
  * resident. Within the cache's fit rule (lull_huge_fits: an eighth). */
 static size_t huge_room_for(size_t size) {
+    /* below 32 pages the granule would be under a page: the pages alone
+     * (a block of 0 or a few bytes at an alignment of a segment or more;
+     * and 0 has no highest bit for clz) */
+    if (size < 32 * LULL_PAGE_SIZE) return LULL_PAGES_OF(size);
     size_t granule = ((size_t)1 << (63 - __builtin_clzll(size))) / 32;
-    if (granule < LULL_PAGE_SIZE) granule = LULL_PAGE_SIZE;
     return (size / granule + 1) * granule;
 }
 

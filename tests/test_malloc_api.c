@@ -426,6 +426,24 @@ Test(malloc_api, aligned_alloc_64MiB, .init = init, .timeout = 60) {
     aligned_range(64 * MiB, 64 * MiB);
 }
 
+/* 0 and 1 bytes at an alignment of a segment or more: a huge mapping for
+ * (almost) nothing. Its room was rounded from the size's highest bit, and
+ * 0 has none (clz(0): the fuzzer's UBSan build caught it, session 21). */
+Test(malloc_api, aligned_alloc_of_0_and_1_bytes_at_huge_alignments, .init = init) {
+    for (size_t a = 32 * MiB; a <= 64 * MiB; a *= 2)
+        for (size_t size = 0; size <= 1; size++) {
+            void *p = lull_aligned_alloc(a, size);
+            cr_assert_not_null(p, "aligned_alloc(%zu MiB, %zu): errno %d", a >> 20, size, errno);
+            cr_assert_eq((uintptr_t)p % a, 0);
+            cr_assert(lull_owns(p));
+            cr_assert_geq(lull_usable_size(p), size);
+            cr_assert_leq(lull_usable_size(p), 64 * KiB, "%zu bytes in %zu", size,
+                          lull_usable_size(p));
+            if (size) *(volatile char *)p = 1;
+            lull_free(p);
+        }
+}
+
 Test(malloc_api, aligned_small_blocks_share_spans, .init = init) {
     /* many small aligned blocks: all aligned, none overlapping */
     enum { N = 512 };
