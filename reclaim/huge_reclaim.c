@@ -112,7 +112,7 @@ static bool drain_queue(struct purge_backend *b, uint32_t now, uint64_t bound,
 }
 
 /* Is a DIRTY entry past the purge delay still held (lull_huge_hold_ms)?
- * Held ones count in *held, which stays within a sixteenth of the cache's
+ * Held ones count in *held_bytes, which stays within a sixteenth of the cache's
  * bound (64 MiB by default): beyond it an entry goes as before. */
 static bool held(const lull_huge_cache_entry *e, uint32_t now, uint64_t *held_bytes) {
     uint32_t hold = lull_huge_hold_ms(e->gap_ms);

@@ -50,7 +50,7 @@ typedef struct lull_huge_cache_entry {
  * never reused). A server's request buffer comes back every request; the
  * adaptive delay, driven short by span churn, purged it (MADV_FREE) between
  * requests, and each request wrote every page dirty again: bench/buffer_cycle
- * 3.9-4.3 ms a request where it takes 1.8 held (tcmalloc 2.1), and no
+ * 4.7 ms a request where it takes 1.9-2.2 held (tcmalloc 2.0-2.2), and no
  * lower RSS (MADV_FREE'd pages stay in it). Held mappings are bounded in
  * bytes by the reclaim thread (reclaim/huge_reclaim.c). */
 #define LULL_HUGE_HOLD_GAP_MAX_MS 500u
