@@ -485,6 +485,52 @@ __attribute__((no_sanitize("thread"))) static void check_remote_double_free(lull
     atomic_store_explicit(&span->remote_suspect, 1, memory_order_relaxed);
 }
 
+/* Is b, a block of the small span `span` whose first word looks free, on
+ * a list of free blocks: a message, a reuse list, its span's local or
+ * remote list? The walks of check_remote_double_free, without its aborts. */
+__attribute__((no_sanitize("thread"))) static bool small_block_is_free(lull_span *span,
+                                                                       lull_block *b) {
+    if (lull_block_in_message(b) || kept_by_someone(b, span)) return true;
+    if (free_list_has(span, __atomic_load_n(&span->free, __ATOMIC_RELAXED), b)) return true;
+    uintptr_t remote = atomic_load_explicit(&span->thread_free, memory_order_acquire);
+    return free_list_has(span, lull_remote_head(remote), b);
+}
+
+void lull_check_live_block(const char *who, void *p) {
+    lull_segment *seg = lull_segment_of(p);
+    lull_huge *huge = lull_aligned_huge_of(p);
+    if (!huge && !lull_segment_map_has((uintptr_t)seg))
+        lull_fatal("%s: invalid pointer %p (not allocated by lull)", who, p);
+    if (!huge && seg->magic == LULL_HUGE_MAGIC) huge = (lull_huge *)seg;
+    if (huge) {
+        char *start = (char *)huge + huge->block_offset;
+        if ((char *)p != start)
+            lull_fatal("%s: invalid pointer %p (inside a huge block at %p)", who, p, (void *)start);
+        if (atomic_load_explicit(&huge->freed, memory_order_acquire))
+            lull_fatal("%s: %p was freed (huge block)", who, p);
+        return;
+    }
+    lull_span *span = lull_span_of(seg, p);
+    uint8_t kind = __atomic_load_n(&span->kind, __ATOMIC_ACQUIRE);
+    if (kind == LULL_SPAN_LARGE) {
+        uint8_t *start = lull_span_start(span) + span->block_offset;
+        if ((uint8_t *)p != start)
+            lull_fatal("%s: invalid pointer %p (inside a large block at %p)", who, p,
+                       (void *)start);
+        return;
+    }
+    if (kind != LULL_SPAN_SMALL)
+        lull_fatal("%s: invalid pointer %p (no block there: freed, or never handed out)", who, p);
+    if (lull_block_misaligned(span, p)) lull_fatal_misaligned_by(who, p, span);
+    /* the thread's last free waits in its heap, neither linked nor marked
+     * (src/alloc.h, the deferred free) */
+    lull_block *b = p;
+    if (b == lull_tl_heap->deferred)
+        lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
+    if (lull_block_looks_free(b) && small_block_is_free(span, b))
+        lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
+}
+
 /* The remote-free protocol (docs/architecture.md): one CAS puts the block on
  * the span's list and sets LULL_REMOTE_QUEUED in the same word; the thread
  * whose CAS set the bit, and only that one, then pushes the span on its

@@ -37,6 +37,12 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h);
 /* After a local free made the span empty, or freed into a full span. */
 void lull_free_local_tail(lull_heap *h, lull_span *span);
 void lull_free_not_segment(void *p);
+/* Aborts, `who` naming the call ("realloc()"), unless p is the start of a
+ * block in use: not lull's, inside a block, or a block that is freed (a
+ * huge one's flag, the thread's deferred free, a small block found on a
+ * free list) all abort naming p. realloc() asks before it keeps, grows or
+ * copies the block. */
+void lull_check_live_block(const char *who, void *p);
 /* A sized free (alignment 1) past the inline check: the full check, then
  * free(); NULL does nothing. */
 void lull_free_sized_slow(const char *who, void *p, size_t size);

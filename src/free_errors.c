@@ -6,11 +6,15 @@
 #include "src/size_class.h"
 #include "src/span.h"
 
-void lull_fatal_misaligned(const void *p, const lull_span *span) {
+void lull_fatal_misaligned_by(const char *who, const void *p, const lull_span *span) {
     const uint8_t *start = lull_span_start(span);
     size_t off = (size_t)((const uint8_t *)p - start);
-    lull_fatal("free(): invalid pointer %p (inside the %u-byte block at %p)", p, span->block_size,
+    lull_fatal("%s: invalid pointer %p (inside the %u-byte block at %p)", who, p, span->block_size,
                (const void *)(start + off - off % span->block_size));
+}
+
+void lull_fatal_misaligned(const void *p, const lull_span *span) {
+    lull_fatal_misaligned_by("free()", p, span);
 }
 
 void lull_fatal_misaligned_deferred(const lull_heap *h) {

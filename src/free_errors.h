@@ -17,6 +17,9 @@ __attribute__((noreturn, cold)) void lull_fatal_deferred_double_free(const void 
 /* free() of a pointer inside a small block, not at its start: names it and
  * the block. */
 __attribute__((noreturn, cold)) void lull_fatal_misaligned(const void *p, const lull_span *span);
+/* The same from another call, `who` naming it ("realloc()"). */
+__attribute__((noreturn, cold)) void lull_fatal_misaligned_by(const char *who, const void *p,
+                                                              const lull_span *span);
 /* The same for the pointer that free() has just put in h's deferred slot
  * (src/alloc.h), and its span. */
 __attribute__((noreturn, cold)) void lull_fatal_misaligned_deferred(const lull_heap *h);
