@@ -94,7 +94,8 @@ static const int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
  * or the huge blocks'), whose next hint advances by `range`; at most `attempts` boundaries are
  * tried. NULL with errno EEXIST when they were taken (or an old kernel ignored MAP_FIXED_NOREPLACE
  * and placed the mapping off a boundary: that one is never touched, never unmapped, and counted as
- * slack), ENOMEM at a limit. */
+ * slack) or refused with ENOMEM (a limit, or a range past the address space's end: the caller maps
+ * anywhere then, which fails too at a limit), ENOMEM for any other error. */
 static void *map_at_next_boundary(placement *place, size_t len, size_t range, int attempts) {
     for (int attempt = 0; attempt < attempts; attempt++) {
         uintptr_t hint = atomic_fetch_add(&place->next, range);
@@ -114,6 +115,11 @@ static void *map_at_next_boundary(placement *place, size_t len, size_t range, in
             errno = EEXIST;
             return NULL;
         }
+        /* ENOMEM: an address space limit, or a range past the end of the
+         * address space (a block of a TiB or more, from a boundary near the
+         * region's top): the caller's mapping anywhere answers both, and
+         * fails too under the limit */
+        if (errno == ENOMEM) break;
         if (errno != EEXIST) {
             errno = ENOMEM;
             return NULL;

@@ -29,6 +29,12 @@ static lull_huge_accounting *acct_of(const lull_huge *h) {
 #define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
 LULL_FORK_EXEC_DATA lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
+LULL_FORK_EXEC_DATA uint64_t (*lull_huge_held_hook)(void);
+
+/* May the reclaim thread's forced tick give back address space? */
+static bool huge_mappings_held(void) {
+    return lull_huge_held_hook && lull_huge_held_hook() != 0;
+}
 
 /* Take back a freed huge mapping that fits `size`: no mmap, and no page
  * faults either while it is still dirty. */
@@ -64,8 +70,10 @@ static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
 static size_t huge_room_for(size_t size) {
     /* below 32 pages the granule would be under a page: the pages alone
      * (a block of 0 or a few bytes at an alignment of a segment or more;
-     * and 0 has no highest bit for clz) */
-    if (size < 32 * LULL_PAGE_SIZE) return LULL_PAGES_OF(size);
+     * and 0 has no highest bit for clz), and a page at least: with no room
+     * a block of 0 bytes was its mapping's end, the next boundary, where
+     * the next huge mapping put its header */
+    if (size < 32 * LULL_PAGE_SIZE) return LULL_PAGES_OF(size ? size : 1);
     size_t granule = ((size_t)1 << (63 - __builtin_clzll(size))) / 32;
     return (size / granule + 1) * granule;
 }
@@ -73,9 +81,12 @@ static size_t huge_room_for(size_t size) {
 /* The block starts a whole slice (or its alignment) after the header: the
  * span descriptors a free() of an interior pointer reads then lie in the
  * header's own untouched pages, never in the caller's data. *over: the
- * heap limit left no room for a new mapping (base/resident.h). */
-static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, bool *over) {
+ * heap limit left no room for a new mapping (base/resident.h); *unmapped:
+ * the kernel refused the mapping (an address space limit, or overcommit). */
+static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, bool *over,
+                        bool *unmapped) {
     *over = false;
+    *unmapped = false;
     void *reused = huge_reuse(size, alignment, zeroed, node);
     if (reused) return reused;
     size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
@@ -104,6 +115,7 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     if (!base && !failed) failed = !lull_os_huge_map(need + slack, &base, &map_len);
     if (failed) {
         lull_resident_sub(need);
+        *unmapped = true;
         return NULL;
     }
     uintptr_t header;
@@ -146,12 +158,20 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
         errno = ENOMEM;
         return NULL;
     }
-    bool over;
-    void *p = huge_alloc(size, alignment, zeroed, node, &over);
-    /* over the heap limit: the reclaim thread purges (and unmaps the cached
-     * mappings), this thread waits for it, bounded, and tries once more */
-    if (!p && over && lull_resident_relieve()) p = huge_alloc(size, alignment, zeroed, node, &over);
+    bool over, unmapped;
+    void *p = huge_alloc(size, alignment, zeroed, node, &over, &unmapped);
+    /* over the heap limit, or refused by the kernel while freed mappings
+     * hold address space: the reclaim thread purges and unmaps the cached
+     * and queued mappings, this thread waits for it, bounded, and tries
+     * once more. Under an address space limit the cache's mappings may
+     * hold the room a new one needs (200 MiB freed, then 250 MiB under a
+     * limit 300 MiB above the process: NULL until lull_purge_all,
+     * tests/test_huge_cache.c); with none held there is nothing to wait
+     * for on the way to ENOMEM */
+    if (!p && (over || (unmapped && huge_mappings_held())) && lull_resident_relieve())
+        p = huge_alloc(size, alignment, zeroed, node, &over, &unmapped);
     if (!p && over) lull_resident_refuse();
+    if (!p) errno = ENOMEM;
     return p;
 }
 

@@ -41,6 +41,10 @@ extern void (*lull_huge_release_hook)(lull_huge *h);
  * accounted as `freed`; or NULL. *zeroed: its block is known to be zero
  * (purged with MADV_DONTNEED). Set by reclaim/. */
 extern lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
+/* The bytes of address space the freed mappings still hold (the reclaim
+ * thread's cache and queue), which its forced tick gives back; set by
+ * reclaim/. */
+extern uint64_t (*lull_huge_held_hook)(void);
 /* Unmap a huge block's mapping (only ever called by the reclaim thread, or
  * inline when configured and no reclaim thread runs). block_resident: its
  * block is counted in the resident estimate (base/resident.h), as a live,

@@ -597,6 +597,10 @@ static void policy_purged(uint32_t slices) {
     lull_policy_record_purge(&lull_the_policy, slices);
 }
 
+static uint64_t huge_held(void) {
+    return lull_huge_cache_bytes() + lull_huge_queue_bytes();
+}
+
 static void span_given_back(void) {
     lull_reclaim_want();
 }
@@ -623,6 +627,7 @@ LULL_FORK_EXEC_TEXT void lull_reclaim_register(void) {
     };
     lull_huge_release_hook = lull_reclaim_huge_push;
     lull_huge_reuse_hook = huge_reuse;
+    lull_huge_held_hook = huge_held;
     __atomic_store_n(&lull_resident_relief_hook, relieve, __ATOMIC_RELEASE);
     lull_register_module(&hooks);
 }

@@ -18,6 +18,7 @@
 #include "base/types.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -405,6 +406,68 @@ Test(huge_cache, huge_blocks_fit_an_address_space_limit) {
     cr_assert_neq(n, 0xff, "the child could not set its limit");
     cr_assert_geq(n * 10, fit * 9, "%d blocks of 20 MiB fit in 400 MiB of address space (%d would)",
                   n, fit);
+}
+
+/* Under an address space limit a new mapping can fail while cached
+ * mappings hold the room it needs: the malloc asks the reclaim thread to
+ * give them back (a forced tick), as over the heap limit, and tries once
+ * more. 200 MiB freed, then 250 MiB under a limit of 300 MiB above the
+ * process: glibc's munmap made the room at the free; lull returned NULL
+ * until lull_purge_all (session 22's review). Exit status: 0 when the
+ * second malloc worked, 1 when it did not, 2 when the child could not set
+ * its limit or make the first block. */
+static int malloc_after_a_cached_block_under_the_limit(void) {
+    size_t vm = vm_bytes();
+    struct rlimit lim = {vm + 300 * MiB, vm + 300 * MiB};
+    if (!vm || setrlimit(RLIMIT_AS, &lim) != 0) return 2;
+    char *p = lull_malloc(200 * MiB);
+    if (!p) return 2;
+    memset(p, 1, 200 * MiB);
+    lull_free(p);
+    char *q = lull_malloc(250 * MiB);
+    if (!q) return 1;
+    q[250 * MiB - 1] = 1;
+    return 0;
+}
+
+Test(huge_cache, a_new_mapping_under_the_address_space_limit_evicts_the_cache) {
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) _exit(malloc_after_a_cached_block_under_the_limit());
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "status %#x", status);
+    cr_assert_neq(WEXITSTATUS(status), 2, "the child could not set its limit or malloc");
+    cr_assert_eq(WEXITSTATUS(status), 0, "malloc(250 MiB) failed while 200 MiB were cached");
+}
+
+/* A block of a TiB and more: the huge region's next boundary plus the
+ * size runs past the end of the address space, where the hinted mapping
+ * fails with ENOMEM; a mapping anywhere (the fallback) has the room. Only
+ * two pages are touched. */
+static bool strict_overcommit(void) {
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    int mode = 0;
+    if (f) {
+        if (fscanf(f, "%d", &mode) != 1) mode = 0;
+        fclose(f);
+    }
+    return mode == 2; /* where MAP_NORESERVE is not honoured */
+}
+
+Test(huge_cache, a_block_of_a_tebibyte_is_mapped) {
+#ifdef LULL_SANITIZED
+    cr_skip_test("a sanitizer's shadow leaves no TiB of application address space in one piece");
+#endif
+    if (strict_overcommit()) cr_skip_test("vm.overcommit_memory is 2: a TiB cannot be committed");
+    for (size_t tib = 1; tib <= 4; tib *= 4) {
+        char *p = lull_malloc(tib << 40);
+        cr_assert_not_null(p, "malloc(%zu TiB): errno %d", tib, errno);
+        p[0] = 1;
+        p[(tib << 40) - 1] = 1;
+        lull_free(p);
+    }
 }
 
 /* The reclaim thread's claim, taken here by hand: while the entry is

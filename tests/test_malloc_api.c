@@ -444,6 +444,24 @@ Test(malloc_api, aligned_alloc_of_0_and_1_bytes_at_huge_alignments, .init = init
         }
 }
 
+/* The block of aligned_alloc(32 MiB, 0) lies a segment after its header:
+ * its mapping must reach past it. With no room at all the pointer was the
+ * mapping's end, the next 32 MiB boundary, where the next huge malloc put
+ * its header: the free of the first then read the neighbour's header and
+ * aborted ("inside a huge block"), session 22's review. */
+Test(malloc_api, a_huge_aligned_block_of_0_bytes_lies_inside_its_mapping, .init = init) {
+    for (size_t a = 32 * MiB; a <= 64 * MiB; a *= 2) {
+        char *p = lull_aligned_alloc(a, 0);
+        cr_assert_not_null(p);
+        char *next = lull_malloc(40 * MiB);
+        cr_assert_not_null(next);
+        next[0] = 1;
+        *(volatile char *)p = 1; /* the block's room: a page at least */
+        lull_free(p);
+        lull_free(next);
+    }
+}
+
 Test(malloc_api, aligned_small_blocks_share_spans, .init = init) {
     /* many small aligned blocks: all aligned, none overlapping */
     enum { N = 512 };
