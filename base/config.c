@@ -118,7 +118,7 @@ static bool parse_list(const char *v, size_t len, void (*set)(unsigned, void *),
         any = true;
         if (i < len) {
             if (v[i] != ':' && v[i] != '+' && v[i] != ',') return false;
-            i++;
+            if (++i == len) return false; /* a separator ends it: "3:" */
         }
     }
     return any;
@@ -152,7 +152,9 @@ static bool set_purge_delay(const char *v, size_t len) {
         x = LULL_PURGE_DELAY_AUTO;
     else if (word_is(v, len, "never"))
         x = LULL_PURGE_DELAY_NEVER;
-    else if (!parse_long(v, len, LULL_PURGE_DELAY_AUTO, LULL_PURGE_DELAY_MAX_MS, &x))
+    /* -1 (never) is the one negative number: -2, auto's value inside, is
+     * refused as the message's range says */
+    else if (!parse_long(v, len, LULL_PURGE_DELAY_NEVER, LULL_PURGE_DELAY_MAX_MS, &x))
         return false;
     __atomic_store_n(&lull_config.purge_delay_ms, x, __ATOMIC_RELAXED);
     return true;
@@ -222,6 +224,8 @@ static bool set_counter_page(const char *v, size_t len) {
     for (size_t i = 0; i < len; i++)
         if (!isalnum((unsigned char)v[i]) && v[i] != '.' && v[i] != '_' && v[i] != '-')
             return false;
+    /* the directory's own entries: no page can have those names */
+    if ((len == 1 && v[0] == '.') || (len == 2 && v[0] == '.' && v[1] == '.')) return false;
     lull_config.counter_page = true;
     lull_config.counter_page_name[0] = '/';
     memcpy(lull_config.counter_page_name + 1, v, len);

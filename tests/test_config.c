@@ -130,6 +130,7 @@ Test(config, numbers_out_of_range_or_with_spaces_are_refused) {
         {"purge_delay_ms", "250", "4294967296"},
         {"purge_delay_ms", "250", "86400001"},
         {"purge_delay_ms", "250", "-3"},
+        {"purge_delay_ms", "250", "-2"}, /* was taken as auto: only -1 is documented */
         {"purge_delay_ms", "250", " 100"},
         {"purge_delay_ms", "250", "100 "},
         {"purge_delay_ms", "250", "+100"},
@@ -199,6 +200,27 @@ Test(config, lists_with_numbers_past_their_range_are_refused, .timeout = 120) {
     cr_assert_eq(reexec_field(&cr, "cpu_count"), 1);
     cr_assert_eq(reexec_field(&cr, "numa_nodes"), 3);
     cr_assert_eq(lines_starting(cr.err, "lull:"), 0, "stderr: %s", cr.err);
+}
+
+/* A list that ends in a separator, and a counter page named "." or "..",
+ * are refused when the configuration is read, with one message naming the
+ * value, and the default kept: "reclaim_cpu=3:" was taken as CPU 3, and
+ * the page names passed the check, then failed when the page was made
+ * ("not valid"), a second message and no page (session 22's review). */
+Test(config, trailing_separators_and_dot_page_names_are_refused, .timeout = 120) {
+    static const char *const bad[] = {"LULL_CONF=reclaim_cpu=0:", "LULL_CONF=reclaim_cpu=0+1+",
+                                      "LULL_CONF=numa_nodes=0:", "LULL_CONF=counter_page=.",
+                                      "LULL_CONF=counter_page=.."};
+    static const char *const value[] = {"'0:'", "'0+1+'", "'0:'", "'.'", "'..'"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        child_run cr;
+        const char *vars[] = {bad[k], NULL};
+        probe(bad[k], vars, &cr);
+        cr_assert_eq(lines_starting(cr.err, "lull:"), 1, "%s: stderr: %s", bad[k], cr.err);
+        assert_contains(cr.err, value[k]);
+        cr_assert_eq(reexec_field(&cr, "cpus_set"), 0, "%s: a CPU list was taken", bad[k]);
+        cr_assert_eq(reexec_field(&cr, "numa_nodes"), 0, "%s: a node list was taken", bad[k]);
+    }
 }
 
 /* ------------------------------------------------------------ repeats */
