@@ -1246,12 +1246,18 @@ static int do_clean(char **sel, int nsel) {
         if (nsel && !clean_selected(e, want, nsel, found)) continue;
         enum state s = entry_state(e);
         /* A lull.* object with no header is garbage once it is not brand new
-         * (a writer locks it and fills the header right after creating it). */
-        bool garbage = e->readable && !e->counter_page && e->locked == 0 && now - e->mtime > 2;
+         * (a writer locks it and fills the header right after creating it),
+         * and only the caller's own: nothing says another user's file of
+         * that name is lull's, and root's --clean removed a text file of
+         * another user as "no header" (session 22). */
+        bool headerless = e->readable && !e->counter_page && e->locked == 0 && now - e->mtime > 2;
+        bool garbage = headerless && e->uid == geteuid();
         if (s != ST_STALE && !garbage) {
             if (nsel)
                 printf("kept %s (pid %" PRIu64 ", %s)\n", e->shown, e->pid,
-                       s == ST_ALIVE ? "alive" : "state unknown");
+                       headerless      ? "no header, another user's"
+                       : s == ST_ALIVE ? "alive"
+                                       : "state unknown");
             continue;
         }
         /* the name must still be the file judged (someone may have removed
