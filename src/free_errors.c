@@ -32,6 +32,8 @@ void lull_fatal_deferred_double_free(const void *p) {
 /* The class (or large/huge kind) a request of this size and alignment gets,
  * compared with the block's. */
 void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t size) {
+    /* before the size is asked for, whose abort names malloc_usable_size() */
+    if (!lull_owns(p)) lull_fatal("%s: invalid pointer %p (not allocated by lull)", who, p);
     size_t usable = lull_usable_size(p);
     if (size > usable)
         lull_fatal("%s: size %zu is larger than block %p (%zu usable bytes)", who, size, p, usable);

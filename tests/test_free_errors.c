@@ -98,6 +98,8 @@ Test(free_errors, sized_free_of_a_foreign_pointer, .init = warm) {
     child_result r;
     run_in_child(do_free_sized_64, &a_global[16], &r);
     expect_abort(&r, &a_global[16], "invalid pointer");
+    /* the call is named: it said malloc_usable_size() (session 22) */
+    cr_assert_not_null(strstr(r.err, "free_sized()"), "stderr: '%s'", r.err);
     lull_free_sized(NULL, 64);
     lull_free(NULL);
 }
