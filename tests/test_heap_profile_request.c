@@ -337,6 +337,46 @@ Test(heap_profile_request, lullstat_gets_a_profile) {
     cr_assert_eq(kid_end(&k), 0);
 }
 
+/* The process's user may replace its profile file between lullstat's
+ * check of it (open, fstat: a regular file of that user) and the rename
+ * that moves it to the destination: a symbolic link swapped in was moved
+ * there, for a later write through it (a copy across file systems opens
+ * the destination) to land where the link points. LULLSTAT_TEST_SWAP_PROFILE
+ * makes the swap in that window (a test hook, as the library's LULL_FAULT):
+ * the destination must be the profile lullstat checked, the link's target
+ * untouched. Session 22's review. */
+Test(heap_profile_request, a_profile_swapped_for_a_link_is_not_moved) {
+    struct kid k;
+    kid_serve(&k, true);
+    char victim[128], same_fs[300];
+    tmp_file(victim, sizeof victim, "victim");
+    int fd = open(victim, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "victim\n", 7), 7);
+    close(fd);
+    snprintf(same_fs, sizeof same_fs, "%s/lulltest-hpswap-%d.pb.gz", LULL_COUNTERS_SHM_DIR,
+             (int)getpid());
+    unlink(same_fs);
+    setenv("LULLSTAT_TEST_SWAP_PROFILE", victim, 1);
+    struct run *r = LULLSTAT("--heap-profile", k.pid_text, same_fs);
+    unsetenv("LULLSTAT_TEST_SWAP_PROFILE");
+    struct stat st;
+    bool link = lstat(same_fs, &st) == 0 && S_ISLNK(st.st_mode);
+    if (link) unlink(same_fs);
+    cr_assert_not(link, "the swapped-in link was moved to the destination; stderr: %s", r->err);
+    cr_assert_eq(r->status, LS_OK, "status %d, stderr: %s", r->status, r->err);
+    assert_profile(same_fs);
+    unlink(same_fs);
+    char text[16] = {0};
+    fd = open(victim, O_RDONLY | O_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(read(fd, text, sizeof text - 1), 7);
+    close(fd);
+    cr_assert_str_eq(text, "victim\n");
+    cr_assert(kid_alive(&k));
+    cr_assert_eq(kid_end(&k), 0);
+}
+
 Test(heap_profile_request, profiling_off_is_said) {
     struct kid k;
     kid_serve(&k, false);

@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1410,7 +1411,9 @@ static int check_destination(const char *file) {
 
 /* Copy src (open) to dst; 0 or an errno. */
 static int copy_file(int src, const char *dst) {
-    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* not through a link: one in the destination's place may be another
+     * user's (a shared directory), or what take_profile removed */
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0) return errno;
     char buf[1 << 16];
     int e = 0;
@@ -1451,8 +1454,22 @@ static int take_profile(const char *src, uid_t uid, const char *file, off_t *siz
         return EX_FAIL;
     }
     *size = st.st_size;
+    /* tests only (tests/test_heap_profile_request.c): the process's user
+     * replaces its profile with a link to this path here, between the
+     * check above and the rename below */
+    const char *swap = getenv("LULLSTAT_TEST_SWAP_PROFILE");
+    if (swap && !getauxval(AT_SECURE) && unlink(src) == 0 && symlink(swap, src) != 0)
+        err("LULLSTAT_TEST_SWAP_PROFILE: symlink: %s", strerror(errno));
     int e = rename(src, file) == 0 ? 0 : errno;
-    if (e == EXDEV) {
+    struct stat moved;
+    if (e == 0 &&
+        (lstat(file, &moved) != 0 || moved.st_dev != st.st_dev || moved.st_ino != st.st_ino)) {
+        /* src was replaced between the check and the rename (its owner
+         * may): what was moved is not the profile checked. Removed, and
+         * the checked one copied from its descriptor. */
+        unlink(file);
+        e = copy_file(fd, file);
+    } else if (e == EXDEV) {
         e = copy_file(fd, file);
         if (e == 0) unlink(src);
     }
