@@ -485,6 +485,7 @@ __attribute__((no_sanitize("thread"))) static void check_remote_double_free(lull
     atomic_store_explicit(&span->remote_suspect, 1, memory_order_relaxed);
 }
 
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
 /* Is b, a block of the small span `span` whose first word looks free, on
  * a list of free blocks: a message, a reuse list, its span's local or
  * remote list? The walks of check_remote_double_free, without its aborts. */
@@ -495,6 +496,7 @@ __attribute__((no_sanitize("thread"))) static bool small_block_is_free(lull_span
     uintptr_t remote = atomic_load_explicit(&span->thread_free, memory_order_acquire);
     return free_list_has(span, lull_remote_head(remote), b);
 }
+#endif
 
 void lull_check_live_block(const char *who, void *p) {
     lull_segment *seg = lull_segment_of(p);
@@ -527,8 +529,12 @@ void lull_check_live_block(const char *who, void *p) {
     lull_block *b = p;
     if (b == lull_tl_heap->deferred)
         lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
+#ifndef LULL_NO_DOUBLE_FREE_CHECK
+    /* (without the checks malloc leaves a popped block's stale link, which
+     * looks free: every realloc would walk the lists) */
     if (lull_block_looks_free(b) && small_block_is_free(span, b))
         lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
+#endif
 }
 
 /* The remote-free protocol (docs/architecture.md): one CAS puts the block on
