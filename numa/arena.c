@@ -411,8 +411,19 @@ size_t lull_arena_claim_all_lazy(lull_arena *a, lull_slice_run *out, size_t max)
     return claim_lazy(a, 0, true, out, max);
 }
 
-void lull_arena_purge_failed(const lull_slice_run *r) {
+/* Run r dirty, freed now as far as the purge delay is concerned. */
+static void dirty_from_now(const lull_slice_run *r) {
+    uint32_t now = lull_now_ms();
+    for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
+        atomic_store_explicit(&lull_slice_history_of(r->segment)->freed_ms[i], now,
+                              memory_order_relaxed);
     lull_slices_finish(r, LULL_SLICES_DIRTY);
+}
+
+/* A purge the kernel refused (mlockall: EINVAL) is tried again a delay
+ * later, not at every tick. */
+void lull_arena_purge_failed(const lull_slice_run *r) {
+    dirty_from_now(r);
 }
 
 /* The reclaim thread's steps hold its step lock across fork, so a slice is
@@ -497,11 +508,7 @@ void lull_arena_make_warm_prefaulted(const lull_slice_run *r) {
 }
 
 void lull_arena_warm_to_dirty(const lull_slice_run *r) {
-    uint32_t now = lull_now_ms();
-    for (unsigned i = r->first; i < (unsigned)r->first + r->count; i++)
-        atomic_store_explicit(&lull_slice_history_of(r->segment)->freed_ms[i], now,
-                              memory_order_relaxed);
-    lull_slices_finish(r, LULL_SLICES_DIRTY);
+    dirty_from_now(r);
 }
 
 void lull_arena_make_warm(const lull_slice_run *r) {

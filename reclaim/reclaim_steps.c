@@ -76,6 +76,10 @@ bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_aren
         STAT_ADD(st, purge_runs, n);
         STAT_ADD(st, purged_bytes, bytes);
         if (n < LULL_STEP_RUNS && bytes < LULL_STEP_BYTES) break;
+        /* every purge of the batch refused (mlockall: EINVAL for all):
+         * the runs are dirty again, and the next claim would take the
+         * same batch, for ever (tests/test_purge_refused.c) */
+        if (bytes == 0) break;
     }
     return work;
 }
@@ -86,15 +90,15 @@ bool lull_step_lazy(struct purge_backend *b, lull_reclaim_stats *st, lull_arena 
                     uint32_t purged_before, bool any_age) {
     lull_slice_run runs[LULL_STEP_RUNS];
     bool work = false;
-    size_t n;
+    size_t n, bytes;
     do {
         lull_steps_lock();
         n = any_age ? lull_arena_claim_all_lazy(a, runs, LULL_STEP_RUNS)
                     : lull_arena_claim_lazy(a, purged_before, runs, LULL_STEP_RUNS);
-        if (n) purge_runs(b, st, runs, n, MADV_DONTNEED);
+        bytes = n ? purge_runs(b, st, runs, n, MADV_DONTNEED) : 0;
         lull_steps_unlock();
         work |= n > 0;
-    } while (any_age && n == LULL_STEP_RUNS);
+    } while (any_age && n == LULL_STEP_RUNS && bytes); /* all refused: as above */
     return work;
 }
 
@@ -139,7 +143,7 @@ bool lull_step_pages(struct purge_backend *b, lull_reclaim_stats *st, lull_arena
             STAT_ADD(st, purge_runs, k);
             STAT_ADD(st, purged_bytes, bytes);
             STAT_ADD(st, page_purged_bytes, bytes);
-            if (n < LULL_STEP_RUNS) break;
+            if (n < LULL_STEP_RUNS || bytes == 0) break; /* all refused: as above */
         }
     }
     return work;
