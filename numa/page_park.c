@@ -141,6 +141,19 @@ void *lull_page_run_address(const lull_page_run *r, size_t *len) {
            (size_t)__builtin_ctz(r->mask) * LULL_PAGE_SIZE;
 }
 
+uint64_t lull_pages_purged_bytes_from(const lull_segment *s, unsigned first, unsigned n,
+                                      uint64_t from) {
+    uint64_t bytes = 0;
+    for (unsigned i = first; i < first + n && i < LULL_SLICES; i++)
+        for (uint32_t high = lull_pages_word(s, i) & ~LOW_BITS; high; high &= high - 1) {
+            uint64_t start = ((uint64_t)(i - first) << LULL_SLICE_SHIFT) +
+                             (uint64_t)(__builtin_ctz(high) / 2) * LULL_PAGE_SIZE;
+            uint64_t end = start + LULL_PAGE_SIZE;
+            if (end > from) bytes += end - (start > from ? start : from);
+        }
+    return bytes;
+}
+
 uint64_t lull_pages_purged_bytes(const lull_segment *s, unsigned first, unsigned n) {
     uint64_t pages = 0;
     for (unsigned i = first; i < first + n && i < LULL_SLICES; i++) {

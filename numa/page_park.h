@@ -82,5 +82,9 @@ void *lull_page_run_address(const lull_page_run *r, size_t *len);
 
 /* Statistics: bytes of PURGED and PURGING pages in slices [first, first+n). */
 uint64_t lull_pages_purged_bytes(const lull_segment *s, unsigned first, unsigned n);
+/* Of those, the bytes at or past offset `from` of the span that starts at
+ * slice first (a span's tail past its last block parks too). */
+uint64_t lull_pages_purged_bytes_from(const lull_segment *s, unsigned first, unsigned n,
+                                      uint64_t from);
 
 #endif

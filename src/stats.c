@@ -97,14 +97,19 @@ static void account_segment(lull_segment *s, struct lull_counters_accounting *a)
             if (cap * bs > bytes) cap = bytes / (bs ? bs : 1);
             if (used > cap) used = cap;
             /* parked pages the reclaim thread purged (or is purging) hold
-             * free blocks only: purged, not span_free */
-            uint64_t free_bytes = (cap - used) * bs;
+             * free blocks only, or the tail past the last block: purged,
+             * not span_free or rounding, every byte of them, as the
+             * resident estimate counts them (base/resident.h) */
+            uint64_t free_bytes = (cap - used) * bs, tail = bytes - cap * bs;
             uint64_t purged = lull_pages_purged_bytes(s, i, n);
-            if (purged > free_bytes) purged = free_bytes;
+            uint64_t purged_tail = lull_pages_purged_bytes_from(s, i, n, cap * bs);
+            if (purged_tail > tail) purged_tail = tail;
+            uint64_t purged_blocks = purged > purged_tail ? purged - purged_tail : 0;
+            if (purged_blocks > free_bytes) purged_blocks = free_bytes; /* racy reads */
             a->live += used * bs;
-            a->span_free += free_bytes - purged;
-            a->purged += purged;
-            a->rounding += bytes - cap * bs;
+            a->span_free += free_bytes - purged_blocks;
+            a->purged += purged_blocks + purged_tail;
+            a->rounding += tail - purged_tail;
         } else if (kind == LULL_SPAN_LARGE && run == n) {
             uint64_t off = __atomic_load_n(&d->block_offset, __ATOMIC_RELAXED);
             if (off > bytes) off = 0;
