@@ -67,12 +67,16 @@ extern void (*lull_reclaim_collect_hook)(void);
  * process has run LULL_RECLAIM_START_AFTER_MS without needing it (its
  * counter page is due a second later). The start points are where the
  * calling thread is in no half-done heap update: a span about to be taken
- * from an arena, the end of a free that emptied a span, a remote free,
- * lull_thread_collect(), an allocation over the heap limit (it asks for a
- * purge, base/resident.h). A free cannot create the thread where it gives
- * the span back: pthread_create allocates
- * (glibc's TLS vector), and that malloc would run on a heap half way
- * through an update (heap.c walks its queues around span releases). */
+ * from an arena, malloc's slow path, lull_thread_collect(), an allocation
+ * over the heap limit (it asks for a purge, base/resident.h). Never a
+ * small or large free (session 22): glibc frees the TLS vectors of cached
+ * thread stacks holding its stack cache's lock, which pthread_create
+ * takes, and a join that freed one into an abandoned heap hung there,
+ * every signal blocked (tests/test_reclaim_start.c); nor where a free
+ * gives a span back: pthread_create allocates (glibc's TLS vector), and
+ * that malloc would run on a heap half way through an update (heap.c
+ * walks its queues around span releases). A free wants the thread; the
+ * next allocation's slow path starts it. */
 enum {
     LULL_RECLAIM_NOT_DEFERRED, /* the thread runs, or never will */
     LULL_RECLAIM_DEFERRED,     /* not started, nothing to purge yet */

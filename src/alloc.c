@@ -324,6 +324,9 @@ LULL_ENTRY_TEXT __attribute__((noinline)) static void *malloc_slower(size_t size
  * rest of the slow path saves four registers. A list that direct[] led to
  * and that ran dry: direct[] leads back to the class's span. */
 LULL_ENTRY_TEXT void *lull_malloc_slow(size_t size) {
+    /* frees only want a deferred reclaim thread; an allocation starts it
+     * (one relaxed load once it runs; reclaim.h) */
+    lull_reclaim_start_point();
     if (__builtin_expect(size <= 1024, 1)) {
         lull_heap *h = lull_tl_heap;
         unsigned c = lull_small_class_of[(size + 7) >> 3];
@@ -624,10 +627,12 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
             }
         } else
             remote_free(b, span, owner);
-        /* no heap update is under way here: a deferred reclaim thread that
-         * is wanted (the owner may be an abandoned heap, whose remote frees
-         * only that thread collects) starts */
-        lull_reclaim_start_point();
+        /* a deferred reclaim thread is wanted (the owner may be an
+         * abandoned heap, whose remote frees only that thread collects);
+         * the next allocation starts it, never a free (reclaim.h: glibc
+         * frees thread stacks' TLS vectors holding the lock that
+         * pthread_create takes) */
+        lull_reclaim_want();
         /* counted by the freeing thread on its own heap: an atomic add on
          * the owner's heap was one more contended line per remote free */
         if (h != &lull_heap_empty)
@@ -649,8 +654,7 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
             lull_profile_forget(p);
             if (lull_profile_keep_span(h, span)) return; /* for this heap's next sample */
         }
-        lull_arena_free_span(span);
-        lull_reclaim_start_point();
+        lull_arena_free_span(span); /* wants the reclaim thread (started by an allocation) */
         return;
     }
     lull_fatal("free(): invalid pointer or double free of %p (no block there)", p);

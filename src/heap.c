@@ -356,10 +356,9 @@ static bool span_empty(lull_heap *h, lull_span *span) {
 }
 
 void lull_heap_span_empty(lull_heap *h, lull_span *span) {
-    /* a free's last step: the heap is consistent again, so a deferred
-     * reclaim thread wanted for this span may start (a kept span costs
-     * nothing here: the free of a malloc/free loop) */
-    if (span_empty(h, span)) lull_reclaim_start_point();
+    /* a span given back wants a deferred reclaim thread (the arena says
+     * so); a free never creates it: the next allocation does (reclaim.h) */
+    span_empty(h, span);
 }
 
 static void unfull(lull_heap *h, lull_span *span) {

@@ -37,12 +37,53 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* A free wants the thread but never creates it (reclaim.h): the state
+ * right after the free, then an allocation that takes a span (a size class
+ * not used yet), which starts it. */
+static void allocate_after_the_free(void) {
+    printf("deferred_after_free=%d\n", atomic_load(&lull_reclaim_deferred));
+    static void *fresh[64];
+    for (int i = 0; i < 64; i++)
+        fresh[i] = lull_malloc(2000);
+    if (!fresh[63]) _exit(8);
+}
+
+#define SPAWNED 12
+static pthread_t spawned[SPAWNED];
+
+static void *leaf(void *arg) {
+    return arg;
+}
+
+/* creates threads (their TLS vectors on this thread's heap), and exits:
+ * its heap is abandoned, which wants the reclaim thread */
+static void *spawner(void *arg) {
+    for (int i = 0; i < SPAWNED; i++)
+        if (pthread_create(&spawned[i], NULL, leaf, NULL)) _exit(9);
+    return arg;
+}
+
+/* a thread with no heap joins them: past 40 MiB of cached stacks glibc
+ * frees their TLS vectors holding its stack cache's lock, which
+ * pthread_create takes (remote frees into the abandoned heap) */
+static void *joiner(void *arg) {
+    for (int i = 0; i < SPAWNED; i++)
+        if (pthread_join(spawned[i], NULL)) _exit(10);
+    return arg;
+}
+
 /* The event that must start the thread, by name. */
 static void start_event(const char *event) {
     if (strcmp(event, "large_free") == 0) {
         char *p = lull_malloc(8 * MiB); /* a large span: freeing it gives slices back */
         memset(p, 1, 8 * MiB);
         lull_free(p);
+        allocate_after_the_free();
+    } else if (strcmp(event, "join_cached_stacks") == 0) {
+        pthread_t a, j;
+        if (pthread_create(&a, NULL, spawner, NULL) || pthread_join(a, NULL)) _exit(6);
+        if (pthread_create(&j, NULL, joiner, NULL) || pthread_join(j, NULL)) _exit(6);
+        allocate_after_the_free();
     } else if (strcmp(event, "huge_free") == 0) {
         char *p = lull_malloc(64 * MiB);
         memset(p, 1, MiB);
@@ -57,6 +98,7 @@ static void start_event(const char *event) {
         printf("deferred_after_exit=%d\n", atomic_load(&lull_reclaim_deferred));
         for (int i = 0; i < WORKER_BLOCKS; i++)
             lull_free(worker_blocks[i]);
+        allocate_after_the_free();
     } else if (strcmp(event, "age") == 0) {
         /* nothing given back, but the process has lived a second: its next
          * span taken starts the thread (its counter page is due) */
@@ -127,9 +169,28 @@ static void run_event(const char *event, child_run *cr) {
                  "%s: the reclaim thread took its creator's class\n%s", event, cr->out);
 }
 
-Test(reclaim_start, a_large_free_starts_the_thread) {
+/* A free wants the thread and the next allocation starts it; a free
+ * never creates it (session 22: pthread_create from a free that glibc
+ * made holding its stack cache's lock hung the process). */
+static void expect_wanted_after_the_free(const child_run *cr, const char *event) {
+    cr_assert_eq(reexec_field(cr, "deferred_after_free"), LULL_RECLAIM_WANTED,
+                 "%s: not wanted, or created by a free\n%s", event, cr->out);
+}
+
+Test(reclaim_start, a_large_free_wants_the_thread_and_an_allocation_starts_it) {
     child_run cr;
     run_event("large_free", &cr);
+    expect_wanted_after_the_free(&cr, "large_free");
+}
+
+/* Joined threads whose stacks glibc's cache frees: their TLS vectors'
+ * frees come from inside glibc's stack cache lock. A free that created
+ * the thread there hung in pthread_create, every signal blocked (session
+ * 22's review); the scenario's 60 s and SIGKILL catch that. */
+Test(reclaim_start, frees_inside_a_join_do_not_create_the_thread) {
+    child_run cr;
+    run_event("join_cached_stacks", &cr);
+    expect_wanted_after_the_free(&cr, "join_cached_stacks");
 }
 
 Test(reclaim_start, a_huge_free_starts_the_thread) {
@@ -139,10 +200,12 @@ Test(reclaim_start, a_huge_free_starts_the_thread) {
 
 /* The exiting worker must not create it (its late allocations hold the
  * late heap's lock, and a thread it created would inherit what it set for
- * itself); main's remote frees into the abandoned heap do. */
-Test(reclaim_start, remote_frees_into_an_abandoned_heap_start_the_thread) {
+ * itself); main's remote frees into the abandoned heap want it, and its
+ * next allocation starts it. */
+Test(reclaim_start, remote_frees_into_an_abandoned_heap_want_the_thread) {
     child_run cr;
     run_event("abandoned_heap", &cr);
+    expect_wanted_after_the_free(&cr, "abandoned_heap");
     cr_assert_eq(reexec_field(&cr, "deferred_after_exit"), LULL_RECLAIM_WANTED,
                  "the exiting worker started the reclaim thread (or did not want it)\n%s", cr.out);
 }
