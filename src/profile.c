@@ -273,13 +273,16 @@ int lull_profile_dump(const char *path) {
 
 static void fork_prepare(void) {
     pthread_mutex_lock(&lock);
+    lull_stack_fork_prepare();
 }
 
 static void fork_parent(void) {
+    lull_stack_fork_parent();
     pthread_mutex_unlock(&lock);
 }
 
 LULL_FORK_EXEC_TEXT static void fork_child(void) {
+    lull_stack_fork_child();
     lull_mutex_reset_in_child(&lock);
 }
 

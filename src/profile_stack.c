@@ -29,9 +29,13 @@
  * the FDEs (libgcc may allocate there). */
 #define _GNU_SOURCE
 #include "src/profile_stack.h"
+#include "base/fork_exec.h"
 
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -384,6 +388,48 @@ static frame_rule *cache; /* mapped at the first walk */
 static uint32_t cache_used;
 static unsigned long long cache_subs; /* dlpi_subs when the cache was last checked */
 
+/* Walks in progress, and a fork waiting for them to end. A walk calls
+ * into glibc and libgcc (dl_iterate_phdr, _Unwind_Backtrace), whose locks
+ * glibc's fork does not take: a child copied from a walk inside
+ * dl_iterate_phdr waited for ever on its lock at its first sample
+ * (tests/test_profile_fork.c). So fork's prepare handler waits until no
+ * walk runs, and new walks wait for the fork: no lock is held across a
+ * walk (libgcc's unwinder takes its own, and allocates under it). */
+static _Atomic unsigned walks;
+static _Atomic bool fork_waiting;
+
+static void walk_begin(void) {
+    for (;;) {
+        atomic_fetch_add(&walks, 1);
+        if (!atomic_load(&fork_waiting)) return;
+        atomic_fetch_sub(&walks, 1);
+        while (atomic_load(&fork_waiting))
+            sched_yield();
+    }
+}
+
+static void walk_end(void) {
+    atomic_fetch_sub(&walks, 1);
+}
+
+void lull_stack_fork_prepare(void) {
+    atomic_store(&fork_waiting, true);
+    while (atomic_load(&walks))
+        sched_yield();
+    pthread_mutex_lock(&cache_lock);
+}
+
+void lull_stack_fork_parent(void) {
+    pthread_mutex_unlock(&cache_lock);
+    atomic_store(&fork_waiting, false);
+}
+
+LULL_FORK_EXEC_TEXT void lull_stack_fork_child(void) {
+    lull_mutex_reset_in_child(&cache_lock);
+    atomic_store(&walks, 0);
+    atomic_store(&fork_waiting, false);
+}
+
 static int read_subs(struct dl_phdr_info *info, size_t size, void *arg) {
     unsigned long long *subs = arg;
     *subs = size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs
@@ -542,12 +588,17 @@ __attribute__((noinline)) bool lull_stack_take(lull_stack *s) {
     const uintptr_t *frame = __builtin_frame_address(0);
     uintptr_t sp = (uintptr_t)__builtin_dwarf_cfa();
     s->depth = 0;
-    if (walk_cached(s, (uintptr_t)__builtin_return_address(0), sp, frame[0])) return true;
-    walk_slow(s, sp);
-    return false;
+    walk_begin();
+    bool cached = walk_cached(s, (uintptr_t)__builtin_return_address(0), sp, frame[0]);
+    if (!cached) walk_slow(s, sp);
+    walk_end();
+    return cached;
 }
 
 __attribute__((noinline)) bool lull_stack_take_slow(lull_stack *s) {
-    walk_slow(s, (uintptr_t)__builtin_dwarf_cfa());
+    uintptr_t sp = (uintptr_t)__builtin_dwarf_cfa();
+    walk_begin();
+    walk_slow(s, sp);
+    walk_end();
     return false;
 }

@@ -32,5 +32,12 @@ bool lull_stack_take(lull_stack *s);
  * (tests/test_profile_stack.c). Returns false, as lull_stack_take does
  * when it walks so. */
 bool lull_stack_take_slow(lull_stack *s);
+/* fork: the stack-walk cache's lock is taken before the copy (after the
+ * profile's own lock, src/profile.c) and let go or reset after it: a walk
+ * another thread was making held it, and the child's first sample waited
+ * for ever (tests/test_profile_fork.c) */
+void lull_stack_fork_prepare(void);
+void lull_stack_fork_parent(void);
+void lull_stack_fork_child(void);
 
 #endif
