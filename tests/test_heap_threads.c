@@ -17,7 +17,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef LULL_SANITIZED
 #define SCALE 4
@@ -467,4 +469,51 @@ Test(heap_threads, a_thread_that_only_frees_gets_back_what_was_sent_to_it) {
     cr_log_info("used %u before its own send, %u after", back_used[0], back_used[1]);
     cr_assert_eq(back_used[0], LULL_OUTBOX_BATCH + 1, "applied before the owner did anything");
     cr_assert_eq(back_used[1], 1, "the frees sent to the owner were not applied at its send");
+}
+
+/* Detached threads that never allocate: at exit, after their TSD
+ * destructors, glibc frees the TLS vectors of other cached stacks (blocks
+ * of the creating thread's heap). lull gave such a thread a heap there,
+ * which no destructor abandons: one heap lost a thread (session 22's
+ * review: 160 threads, 102 heaps). Bursts of 16 at once, so that their
+ * stacks pass glibc's 40 MiB cache and it frees some. */
+#define QUIET_BURST 16
+#define QUIET_BURSTS 10
+static pthread_barrier_t quiet_barrier;
+static atomic_int quiet_live;
+
+static void *quiet_thread(void *arg) {
+    pthread_barrier_wait(&quiet_barrier);
+    atomic_fetch_sub(&quiet_live, 1);
+    return arg;
+}
+
+Test(heap_threads, threads_that_never_allocate_leave_no_heap, .timeout = 120) {
+    cr_assert(lull_reclaim_now(), "no reclaim thread");
+    lull_free(lull_malloc(100)); /* the main thread's heap */
+    unsigned heaps_before = heap_count();
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    for (int b = 0; b < QUIET_BURSTS; b++) {
+        pthread_barrier_init(&quiet_barrier, NULL, QUIET_BURST);
+        atomic_store(&quiet_live, QUIET_BURST);
+        for (int i = 0; i < QUIET_BURST; i++) {
+            pthread_t t;
+            cr_assert_eq(pthread_create(&t, &attr, quiet_thread, NULL), 0);
+        }
+        while (atomic_load(&quiet_live))
+            sched_yield();
+        /* gone past their exit: a detached thread's end is not joinable;
+         * the next burst's creation reuses (and frees from) their stacks */
+        usleep(20000);
+        pthread_barrier_destroy(&quiet_barrier);
+    }
+    pthread_attr_destroy(&attr);
+    unsigned heaps = heap_count();
+    cr_log_info("%u heaps before, %u after %d threads that never allocated", heaps_before, heaps,
+                QUIET_BURST * QUIET_BURSTS);
+    cr_assert_leq(heaps, heaps_before + 2,
+                  "%u heaps after %d threads that never allocated (%u before)", heaps,
+                  QUIET_BURST * QUIET_BURSTS, heaps_before);
 }
