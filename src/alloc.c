@@ -627,12 +627,11 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
             }
         } else
             remote_free(b, span, owner);
-        /* a deferred reclaim thread is wanted (the owner may be an
-         * abandoned heap, whose remote frees only that thread collects);
-         * the next allocation starts it, never a free (reclaim.h: glibc
-         * frees thread stacks' TLS vectors holding the lock that
-         * pthread_create takes) */
-        lull_reclaim_want();
+        /* no start point: a free never creates the reclaim thread
+         * (reclaim.h: glibc frees thread stacks' TLS vectors holding the
+         * lock that pthread_create takes). An abandoned owner, whose
+         * remote frees only that thread collects, wanted it when it was
+         * abandoned, and the next allocation starts it. */
         /* counted by the freeing thread on its own heap: an atomic add on
          * the owner's heap was one more contended line per remote free */
         if (h != &lull_heap_empty)
