@@ -501,7 +501,7 @@ __attribute__((no_sanitize("thread"))) static bool small_block_is_free(lull_span
 }
 #endif
 
-void lull_check_live_block(const char *who, void *p) {
+size_t lull_check_live_block(const char *who, void *p) {
     lull_segment *seg = lull_segment_of(p);
     lull_huge *huge = lull_aligned_huge_of(p);
     if (!huge && !lull_segment_map_has((uintptr_t)seg))
@@ -513,7 +513,7 @@ void lull_check_live_block(const char *who, void *p) {
             lull_fatal("%s: invalid pointer %p (inside a huge block at %p)", who, p, (void *)start);
         if (atomic_load_explicit(&huge->freed, memory_order_acquire))
             lull_fatal("%s: %p was freed (huge block)", who, p);
-        return;
+        return huge->usable;
     }
     lull_span *span = lull_span_of(seg, p);
     uint8_t kind = __atomic_load_n(&span->kind, __ATOMIC_ACQUIRE);
@@ -522,7 +522,7 @@ void lull_check_live_block(const char *who, void *p) {
         if ((uint8_t *)p != start)
             lull_fatal("%s: invalid pointer %p (inside a large block at %p)", who, p,
                        (void *)start);
-        return;
+        return span->block_size - span->block_offset;
     }
     if (kind != LULL_SPAN_SMALL)
         lull_fatal("%s: invalid pointer %p (no block there: freed, or never handed out)", who, p);
@@ -538,6 +538,7 @@ void lull_check_live_block(const char *who, void *p) {
     if (lull_block_looks_free(b) && small_block_is_free(span, b))
         lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
 #endif
+    return span->block_size;
 }
 
 /* The remote-free protocol (docs/architecture.md): one CAS puts the block on

@@ -40,9 +40,10 @@ void lull_free_not_segment(void *p);
 /* Aborts, `who` naming the call ("realloc()"), unless p is the start of a
  * block in use: not lull's, inside a block, or a block that is freed (a
  * huge one's flag, the thread's deferred free, a small block found on a
- * free list) all abort naming p. realloc() asks before it keeps, grows or
- * copies the block. */
-void lull_check_live_block(const char *who, void *p);
+ * free list) all abort naming p. Returns the block's usable size (as
+ * lull_usable_size, from the lookups the check made). realloc() asks
+ * before it keeps, grows or copies the block. */
+size_t lull_check_live_block(const char *who, void *p);
 /* A sized free (alignment 1) past the inline check: the full check, then
  * free(); NULL does nothing. */
 void lull_free_sized_slow(const char *who, void *p, size_t size);

@@ -59,8 +59,7 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
     /* keeping or growing a pointer inside a block, or a freed block, would
      * hand out memory that is not the caller's (another block's, or one
      * the next malloc takes too) */
-    lull_check_live_block("realloc()", p);
-    size_t usable = lull_usable_size(p);
+    size_t usable = lull_check_live_block("realloc()", p);
     if (size > usable && size > LULL_LARGE_MAX) {
         lull_huge *h = lull_aligned_huge_of(p);
         if (!h && lull_segment_of(p)->magic == LULL_HUGE_MAGIC) h = (lull_huge *)lull_segment_of(p);
