@@ -126,7 +126,7 @@ Test(reuse, a_class_keeps_at_most_its_block_bound) {
 }
 
 Test(reuse, a_heap_keeps_at_most_its_byte_bound) {
-    enum { BIG = 16384 }; /* 32 of them pass the byte bound */
+    enum { BIG = 16384 }; /* LULL_REUSE_MAX_BLOCKS of them pass the byte bound */
     allocate_owned(LULL_REUSE_MAX_BLOCKS, BIG);
     class_of_size = lull_class_of(BIG);
     run_thread(free_all_and_look);
