@@ -20,9 +20,10 @@
  *
  * st and mt keep --live blocks a thread (10,000: a heap that fits the
  * caches; the suite also runs 300,000, 55 MiB a thread, whose metrics are
- * named st_live300000_...). With --touch (metrics ..._touch_...) each
- * block's first word is read before its free, as a destructor or a
- * reference count would: then the free's block is in the cache.
+ * named st_live300000_...). With --touch (metrics ..._touch_...; st, mt
+ * and the larson modes) each block's first word is read before its free,
+ * as a destructor or a reference count would: then the free's block is in
+ * the cache.
  *
  * st, mt and prodcons draw sizes of 16-1024 B skewed to small ones as in
  * servers: 40 % 16-64, 25 % 65-128, 20 % 129-256, 10 % 257-512, 5 % 513-1024.
@@ -86,7 +87,7 @@ struct config {
     uint64_t larson_passes; /* passes over its array a larson thread makes per hand-off */
     uint64_t threads;       /* larson: chains or threads */
     uint32_t min_size, max_size;
-    int touch; /* st, mt: read each block's first word before its free (--touch) */
+    int touch; /* read each block's first word before its free (--touch) */
 };
 
 static struct config cfg = {.ops = 10000000,
@@ -268,10 +269,11 @@ static inline uint32_t larson_size(uint64_t *rng) {
 
 /* One hand-off's work: --larson-passes passes of random replacements. */
 static void larson_work(struct larray *a, uint32_t me) {
-    uint64_t n = cfg.live, ops = cfg.larson_passes * n, remote = 0;
+    uint64_t n = cfg.live, ops = cfg.larson_passes * n, remote = 0, touched = 0;
     for (uint64_t i = 0; i < ops; i++) {
         struct lslot *s = &a->slots[rng_next(&a->rng) % n];
         remote += s->owner != me;
+        if (cfg.touch) touched += *(volatile uint64_t *)s->p;
         free(s->p);
         s->size = larson_size(&a->rng);
         s->p = xmalloc(s->size);
@@ -279,6 +281,7 @@ static void larson_work(struct larray *a, uint32_t me) {
     }
     atomic_fetch_add_explicit(&larson_ops, ops, memory_order_relaxed);
     atomic_fetch_add_explicit(&larson_remote, remote, memory_order_relaxed);
+    atomic_fetch_add_explicit(&touch_sink, touched, memory_order_relaxed);
 }
 
 static void spawn(pthread_t *th, void *(*fn)(void *), void *arg, int detached) {
@@ -467,7 +470,7 @@ int main(int argc, char **argv) {
     if (!larson && cfg.live != 10000)
         snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "_live%llu",
                  (unsigned long long)cfg.live);
-    if (!larson && cfg.touch) snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "_touch");
+    if (cfg.touch) snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "_touch");
     if (larson && cfg.larson_passes != 1)
         snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "_p%llu",
                  (unsigned long long)cfg.larson_passes);
