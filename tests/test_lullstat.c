@@ -826,6 +826,35 @@ Test(lullstat, page_truncated_while_reading_is_an_error) {
     assert_contains(r.err, "truncated");
 }
 
+/* A page truncated to less than a whole counter page but within its last
+ * page of memory: reads there give zeros, not SIGBUS. lullstat must still
+ * see that the page is no longer whole (its size), and not print what the
+ * zeros make of it. */
+Test(lullstat, page_truncated_within_its_last_page_is_an_error) {
+    fresh();
+    pid_t s = start_sleeper();
+    char name[64], path[128], pid[16];
+    snprintf(name, sizeof name, "lull.%d", (int)s);
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    craft_page(name, LULL_COUNTERS_MAGIC, 1, (uint64_t)s, start_time_of(s), 2);
+    struct proc lp = start_lullstat(false, (const char *const[]){"-i", "20", pidstr(pid, s), NULL});
+    wait_lines(&lp, 3);
+    int fd = open(path, O_RDWR);
+    cr_assert(fd >= 0);
+    long page = sysconf(_SC_PAGESIZE);
+    off_t cut = (off_t)(sizeof(struct lull_counters) - 1) / page * page + 8;
+    cr_assert_lt(cut, (off_t)sizeof(struct lull_counters));
+    cr_assert_eq(ftruncate(fd, cut), 0);
+    close(fd);
+    static struct run r;
+    bool done = finish_within_10s(&lp, &r);
+    kill_wait(s);
+    unlink(path);
+    cr_assert(done, "lullstat -i went on running on a truncated page");
+    cr_assert_eq(r.status, 1, "status %d; stderr: %s", r.status, r.err);
+    assert_contains(r.err, "truncated");
+}
+
 /* A FIFO where a page is looked for (the default name is predictable):
  * not a counter page, at once; opening it used to block for ever. */
 Test(lullstat, fifo_is_not_a_page_and_does_not_block) {
