@@ -475,8 +475,7 @@ static int page_snapshot(const struct page *pg, struct lull_counters *out) {
              * figures. The size says it (after the copy: a cut during it
              * is seen too) */
             struct stat st;
-            if (fstat(pg->fd, &st) != 0 || (size_t)st.st_size < pg->len)
-                return page_truncated(pg);
+            if (fstat(pg->fd, &st) != 0 || (size_t)st.st_size < pg->len) return page_truncated(pg);
             out->config[sizeof out->config - 1] = '\0';
             return EX_OK;
         }
