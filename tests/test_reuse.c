@@ -18,8 +18,10 @@
 #define SIZE 256
 #define N 8
 
-static void *owned[64];
-static void *got[64];
+/* the bound's tests allocate up to LULL_REUSE_MAX_BLOCKS + 8 */
+#define OWNED_MAX (LULL_REUSE_MAX_BLOCKS + 8)
+static void *owned[OWNED_MAX];
+static void *got[OWNED_MAX];
 static unsigned n_owned;
 
 static void run_thread(void *(*fn)(void *)) {
@@ -33,6 +35,7 @@ static lull_span *span_of(void *p) {
 }
 
 static void allocate_owned(unsigned n, size_t size) {
+    cr_assert_leq(n, OWNED_MAX);
     n_owned = n;
     for (unsigned i = 0; i < n; i++) {
         owned[i] = lull_malloc(size);
