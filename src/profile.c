@@ -271,14 +271,17 @@ int lull_profile_dump(const char *path) {
 
 /* ---- start and fork --------------------------------------------------- */
 
+/* The walks end first: a walk may free a sampled block (glibc's
+ * pthread_getattr_np frees its cpu set), whose lull_profile_forget takes
+ * the lock; holding it while waiting for the walks deadlocked. */
 static void fork_prepare(void) {
-    pthread_mutex_lock(&lock);
     lull_stack_fork_prepare();
+    pthread_mutex_lock(&lock);
 }
 
 static void fork_parent(void) {
-    lull_stack_fork_parent();
     pthread_mutex_unlock(&lock);
+    lull_stack_fork_parent();
 }
 
 LULL_FORK_EXEC_TEXT static void fork_child(void) {

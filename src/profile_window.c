@@ -139,8 +139,10 @@ void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zero
         if (p->until_sample[c] <= (int64_t)bs) {
             /* this allocation crosses the point */
             p->until_sample[c] = bytes_to_next_sample(p);
-            void *b = p->spares ? lull_large_alloc_again(p->spare[--p->spares], size)
-                                : lull_large_alloc(h, size, LULL_SLICE_SIZE);
+            /* a spare is one slice: classes go up to LULL_SMALL_MAX */
+            void *b = p->spares && size <= LULL_SLICE_SIZE
+                          ? lull_large_alloc_again(p->spare[--p->spares], size)
+                          : lull_large_alloc(h, size, LULL_SLICE_SIZE);
             if (b) {
                 lull_span *s = lull_span_of(lull_segment_of(b), b);
                 s->sampled = 1;
