@@ -30,6 +30,7 @@
 #include "lull.h"
 #include "src/alloc.h"
 #include "src/span_park.h"
+#include "src/profile.h"
 
 #include <errno.h>
 #include <string.h>
@@ -40,6 +41,17 @@ typedef struct {
     bool large;      /* a large or huge block (valid, never moved) */
     size_t size;     /* its usable size */
 } lull_defrag_block;
+
+/* Is b in the heap's profile window of its class (src/profile_window.c):
+ * counted in use in its span, never handed out? */
+static bool in_window(const lull_heap *h, const lull_span *span, const lull_block *b) {
+    if (!h->profile) return false;
+    uint32_t limit = span->capacity;
+    for (const lull_block *f = h->profile->window[span->size_class].free; f && limit--;
+         f = lull_block_next(f))
+        if (f == b) return true;
+    return false;
+}
 
 /* What p is, without aborting: the checks of free() (segment map, span
  * kind, owner, block start), then, for a block of the caller's own heap,
@@ -82,7 +94,9 @@ __attribute__((no_sanitize("thread"))) static bool classify(const void *p, lull_
         if (span->parking && lull_span_parking_has(span, p)) return false; /* freed, recorded */
         /* a free block's first word is a link; a live one's rarely looks
          * like one, and then the list is walked to be sure */
-        if (lull_block_looks_free(b) && lull_span_free_list_has(span, b)) return false;
+        if (lull_block_looks_free(b) &&
+            (lull_span_free_list_has(span, b) || in_window(owner, span, b)))
+            return false;
     }
     if (lull_block_in_message(p)) return false; /* freed by another thread, in flight */
     out->span = span;
@@ -348,6 +362,9 @@ static void *pop_from(lull_heap *h, lull_span *t, lull_defrag_view *v) {
 }
 
 LULL_EXPORT void *lull_defrag_move(void *p) {
+    /* a block freed last waits in the heap (the deferred free), on no
+     * list: linked first, classify() sees that it is free */
+    lull_heap_free_deferred(lull_tl_heap);
     lull_defrag_block b;
     if (!classify(p, &b)) {
         if (p) errno = EINVAL;
