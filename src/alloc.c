@@ -460,6 +460,10 @@ free_list_has(const lull_span *span, const lull_block *first, const lull_block *
  * design, and nothing is written. */
 __attribute__((no_sanitize("thread"))) static bool kept_by_someone(const lull_block *b,
                                                                    const lull_span *span) {
+    /* a block of one word (the 8-byte class) is never kept (reuse.h), and
+     * its second word is its neighbour's, or past its segment's end:
+     * unmapped after the newest segment's last block */
+    if (span->block_size < 2 * sizeof(uintptr_t)) return false;
     uintptr_t word = __atomic_load_n(&(&b->next_encoded)[1], __ATOMIC_RELAXED);
     const lull_heap *keeper = (const lull_heap *)(word ^ lull_link_key(b));
     if (span->size_class >= LULL_CLASSES || !lull_heap_is_one(keeper)) return false;
