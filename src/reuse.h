@@ -24,9 +24,11 @@
  *   keeps it (lull_reuse_mark), whose list the check walks
  *   (src/alloc.c) before it aborts naming the block;
  * - its span descriptor's `used` is minus the count (a fast-path pop adds
- *   one, a keep takes one off); at most LULL_REUSE_MAX_BLOCKS a class and
- *   LULL_REUSE_MAX_BYTES a heap (what an idle thread can hold, besides its
- *   outbox), and only blocks of spans on the heap's node when the list
+ *   one, a keep takes one off); at most LULL_REUSE_MAX_BLOCKS on it (the
+ *   class's second list takes a block only while the two together hold
+ *   fewer, so a class holds at most twice that less one) and
+ *   LULL_REUSE_MAX_BYTES a heap on all lists (what an idle thread can
+ *   hold, besides its outbox), and only blocks of spans on the heap's node when the list
  *   took its first block (placement stays NUMA-local; a thread that moves
  *   to another node keeps the old node's blocks until the list empties);
  * - direct[] of class c leads to h->reuse[c] only while reuse_direct[c];
