@@ -293,6 +293,15 @@ lull_span *lull_arena_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
     }
 }
 
+lull_span *lull_arena_try_alloc_span(lull_arena *a, unsigned n, bool *zeroed) {
+    NOTIFY(span_taking);
+    bool over;
+    int saved = errno;
+    lull_span *s = take_span(a, n, zeroed, &over);
+    if (!s) errno = saved;
+    return s;
+}
+
 void lull_arena_free_span(lull_span *span) {
     lull_segment *s = (lull_segment *)((uintptr_t)span & ~LULL_SEGMENT_MASK);
     unsigned first = (unsigned)(span - lull_span_table_of(s)->slices);

@@ -51,6 +51,10 @@ void lull_arenas_init(int nodes);
  * do not, the reclaim thread is asked to purge (the caller waits for it,
  * bounded) and the search runs once more; then NULL, counted as refused. */
 lull_span *lull_arena_alloc_span(lull_arena *a, unsigned slices, bool *zeroed);
+/* The same for a span the caller can do without (the heap profile's sample,
+ * served unsampled otherwise): over the heap limit, NULL at once, with no
+ * purge asked for or waited on and no refusal counted; errno untouched. */
+lull_span *lull_arena_try_alloc_span(lull_arena *a, unsigned slices, bool *zeroed);
 /* Give a span's slices back as FREE_DIRTY, stamped with the time. */
 void lull_arena_free_span(lull_span *span);
 

@@ -177,16 +177,25 @@ static void *large_span_init(lull_span *s, size_t size, size_t alignment, size_t
     return (void *)block;
 }
 
-void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment) {
+static void *large_alloc(lull_heap *h, size_t size, size_t alignment, bool optional) {
     size_t pad = alignment > LULL_SLICE_SIZE ? alignment - LULL_SLICE_SIZE : 0;
     /* at least one byte past the alignment pad: a 0-byte block must still lie
      * inside its span */
     size_t slices = ((size ? size : 1) + pad + LULL_SLICE_SIZE - 1) >> LULL_SLICE_SHIFT;
     bool zeroed;
     follow_home_node(h);
-    lull_span *s = lull_arena_alloc_span(h->arena, (unsigned)slices, &zeroed);
+    lull_span *s = optional ? lull_arena_try_alloc_span(h->arena, (unsigned)slices, &zeroed)
+                            : lull_arena_alloc_span(h->arena, (unsigned)slices, &zeroed);
     if (!s) return NULL;
     return large_span_init(s, size, alignment, slices, zeroed);
+}
+
+void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment) {
+    return large_alloc(h, size, alignment, false);
+}
+
+void *lull_large_alloc_sample(lull_heap *h, size_t size) {
+    return large_alloc(h, size, LULL_SLICE_SIZE, true);
 }
 
 void *lull_large_alloc_again(lull_span *s, size_t size) {

@@ -21,6 +21,10 @@ lull_span *lull_class_refill(lull_heap *h, unsigned c);
 /* A one-block large span for `size` bytes aligned to `alignment` (at
  * least a slice), or NULL. */
 void *lull_large_alloc(lull_heap *h, size_t size, size_t alignment);
+/* The same, a slice aligned, for the heap profile's sample, which the
+ * allocation can do without: over the heap limit NULL at once (no purge
+ * waited for, no refusal counted; lull_arena_try_alloc_span). */
+void *lull_large_alloc_sample(lull_heap *h, size_t size);
 /* The same in s, a one-slice span kept after its large block's free (the
  * heap profile's, lull_profile_keep_span): its memory is not zeroed. */
 void *lull_large_alloc_again(lull_span *s, size_t size);

@@ -142,7 +142,7 @@ void *lull_profile_alloc_small(lull_heap *h, unsigned c, size_t size, bool *zero
             /* a spare is one slice: classes go up to LULL_SMALL_MAX */
             void *b = p->spares && size <= LULL_SLICE_SIZE
                           ? lull_large_alloc_again(p->spare[--p->spares], size)
-                          : lull_large_alloc(h, size, LULL_SLICE_SIZE);
+                          : lull_large_alloc_sample(h, size);
             if (b) {
                 lull_span *s = lull_span_of(lull_segment_of(b), b);
                 s->sampled = 1;

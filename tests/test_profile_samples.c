@@ -105,3 +105,54 @@ Test(profile_samples, fork_while_a_new_thread_takes_its_first_stack, .timeout = 
     atomic_store(&stop_forking, 1);
     cr_assert_eq(pthread_join(f, NULL), 0);
 }
+
+/* ---- a sample at the heap limit --------------------------------------------- */
+
+#include "base/resident.h"
+#include <stdio.h>
+
+/* At the limit, a malloc whose class span has free blocks needs no new
+ * memory; with profiling on, one that is sampled wants a slice of its own
+ * for the sampled block. Without that slice it is served unsampled: no
+ * refusal counted, errno untouched, and no wait for the reclaim thread's
+ * purge (which the limit's relief asks for and the refusal follows). */
+Test(profile_samples, a_sample_at_the_limit_does_not_stall_a_malloc_that_fits) {
+    lull_set_purge_delay_ms(-1);
+    void *warm[64];
+    for (int i = 0; i < 8; i++)
+        warm[i] = lull_malloc(1000); /* the 1000 B class has a span with room */
+    for (int i = 0; i < 8; i++)
+        cr_assert_not_null(warm[i]);
+    cr_assert(lull_reclaim_now(), "a reclaim thread");
+    char v[16];
+    snprintf(v, sizeof v, "%u", (unsigned)(lull_resident_bytes() >> 20) + 2);
+    cr_assert(lull_configure("heap_limit_mb", v));
+    /* fill to the limit: blocks of 64 B, then of 48 KiB */
+    static void *fill[1 << 16];
+    size_t n = 0;
+    while (n < (1 << 16) && (fill[n] = lull_malloc(64)))
+        n++;
+    while (n < (1 << 16) && (fill[n] = lull_malloc(48 << 10)))
+        n++;
+    unsigned long long room = lull_resident_room() >> 10;
+    uint64_t refused = lull_resident_refusals();
+    int enomem = 0;
+    void *got[16];
+    for (int i = 0; i < 16; i++) {
+        errno = 0;
+        got[i] = lull_malloc(1000);
+        enomem += got[i] && errno == ENOMEM;
+        if (!got[i]) break;
+    }
+    uint64_t refusals = lull_resident_refusals() - refused;
+    /* no limit again: Criterion's own logging allocates */
+    cr_assert(lull_configure("heap_limit_mb", "0"));
+    cr_log_info("%zu blocks to the limit, room %llu KiB; %llu refusals, %d successful mallocs "
+                "set ENOMEM",
+                n, room, (unsigned long long)refusals, enomem);
+    for (int i = 0; i < 16; i++)
+        cr_assert_not_null(got[i], "malloc %d of 1000 B fits in its span", i);
+    cr_expect_eq(refusals, 0, "%llu allocations were counted refused",
+                 (unsigned long long)refusals);
+    cr_expect_eq(enomem, 0, "%d mallocs that succeeded set ENOMEM", enomem);
+}
