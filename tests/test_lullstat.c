@@ -802,9 +802,10 @@ static bool finish_within_10s(struct proc *p, struct run *r) {
     return false;
 }
 
-/* A page truncated while lullstat -i reads it (by its writer's replacement,
- * or anyone who can write it): a clear error, not a SIGBUS. */
-Test(lullstat, page_truncated_while_reading_is_an_error) {
+/* A page truncated to `cut` bytes while lullstat -i reads it (by its
+ * writer's replacement, or anyone who can write it): a clear error, and
+ * lullstat stops. */
+static void expect_truncation_reported(off_t cut) {
     fresh();
     pid_t s = start_sleeper();
     char name[64], path[128], pid[16];
@@ -815,44 +816,30 @@ Test(lullstat, page_truncated_while_reading_is_an_error) {
     wait_lines(&lp, 3); /* it has the page mapped and reads it */
     int fd = open(path, O_RDWR);
     cr_assert(fd >= 0);
-    cr_assert_eq(ftruncate(fd, 0), 0);
-    close(fd);
-    static struct run r;
-    bool done = finish_within_10s(&lp, &r);
-    kill_wait(s);
-    unlink(path);
-    cr_assert(done, "lullstat -i went on running on a truncated page");
-    cr_assert_eq(r.status, 1, "status %d (135: SIGBUS); stderr: %s", r.status, r.err);
-    assert_contains(r.err, "truncated");
-}
-
-/* A page truncated to less than a whole counter page but within its last
- * page of memory: reads there give zeros, not SIGBUS. lullstat must still
- * see that the page is no longer whole (its size), and not print what the
- * zeros make of it. */
-Test(lullstat, page_truncated_within_its_last_page_is_an_error) {
-    fresh();
-    pid_t s = start_sleeper();
-    char name[64], path[128], pid[16];
-    snprintf(name, sizeof name, "lull.%d", (int)s);
-    snprintf(path, sizeof path, "/dev/shm/%s", name);
-    craft_page(name, LULL_COUNTERS_MAGIC, 1, (uint64_t)s, start_time_of(s), 2);
-    struct proc lp = start_lullstat(false, (const char *const[]){"-i", "20", pidstr(pid, s), NULL});
-    wait_lines(&lp, 3);
-    int fd = open(path, O_RDWR);
-    cr_assert(fd >= 0);
-    long page = sysconf(_SC_PAGESIZE);
-    off_t cut = (off_t)(sizeof(struct lull_counters) - 1) / page * page + 8;
-    cr_assert_lt(cut, (off_t)sizeof(struct lull_counters));
     cr_assert_eq(ftruncate(fd, cut), 0);
     close(fd);
     static struct run r;
     bool done = finish_within_10s(&lp, &r);
     kill_wait(s);
     unlink(path);
-    cr_assert(done, "lullstat -i went on running on a truncated page");
-    cr_assert_eq(r.status, 1, "status %d; stderr: %s", r.status, r.err);
+    cr_assert(done, "lullstat -i went on running on a page cut to %lld bytes", (long long)cut);
+    cr_assert_eq(r.status, 1, "status %d (135: SIGBUS); stderr: %s", r.status, r.err);
     assert_contains(r.err, "truncated");
+}
+
+/* Cut to nothing: reads of the mapping raise SIGBUS, caught. */
+Test(lullstat, page_truncated_while_reading_is_an_error) {
+    expect_truncation_reported(0);
+}
+
+/* Cut inside its last page of memory: reads past the cut give zeros, not
+ * SIGBUS; lullstat must see from the size that the page is no longer
+ * whole, and not print what the zeros make of it. */
+Test(lullstat, page_truncated_within_its_last_page_is_an_error) {
+    long page = sysconf(_SC_PAGESIZE);
+    off_t cut = (off_t)(sizeof(struct lull_counters) - 1) / page * page + 8;
+    cr_assert_lt(cut, (off_t)sizeof(struct lull_counters));
+    expect_truncation_reported(cut);
 }
 
 /* A FIFO where a page is looked for (the default name is predictable):
