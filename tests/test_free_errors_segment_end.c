@@ -47,6 +47,16 @@ static void allocate_to_a_segments_end(void) {
     cr_assert_fail("no 8-byte block at the end of the newest segment");
 }
 
+/* The block at the end of the newest segment, then `child` run in a
+ * forked child; the child exits 77 if the next segment's room got mapped
+ * meanwhile (the block is then not at the end of mapped memory). */
+static void run_at_segment_end(void (*child)(void *), child_result *r) {
+    allocate_to_a_segments_end();
+    run_in_child(child, NULL, r);
+    cr_assert(!(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 77),
+              "the next segment is mapped");
+}
+
 /* the owner: free(p), free(x), free(p), free(y): the second free of p is
  * checked (it looks free: last on its span's list) at the free of y */
 static void owner_double_free(void *unused) {
@@ -59,10 +69,8 @@ static void owner_double_free(void *unused) {
 }
 
 Test(segment_end, owner_double_free_of_the_last_8_byte_block_of_a_segment_aborts) {
-    allocate_to_a_segments_end();
     child_result r;
-    run_in_child(owner_double_free, NULL, &r);
-    cr_assert(!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 77), "the next segment is mapped");
+    run_at_segment_end(owner_double_free, &r);
     expect_abort(&r, g_last, "double free");
 }
 
@@ -83,10 +91,8 @@ static void remote_double_free(void *unused) {
 }
 
 Test(segment_end, remote_double_free_of_the_last_8_byte_block_of_a_segment_aborts) {
-    allocate_to_a_segments_end();
     child_result r;
-    run_in_child(remote_double_free, NULL, &r);
-    cr_assert(!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 77), "the next segment is mapped");
+    run_at_segment_end(remote_double_free, &r);
     expect_abort(&r, g_last, "double free");
 }
 
@@ -100,10 +106,8 @@ static void realloc_after_free(void *unused) {
 }
 
 Test(segment_end, realloc_of_the_freed_last_8_byte_block_of_a_segment_aborts) {
-    allocate_to_a_segments_end();
     child_result r;
-    run_in_child(realloc_after_free, NULL, &r);
-    cr_assert(!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 77), "the next segment is mapped");
+    run_at_segment_end(realloc_after_free, &r);
     expect_abort(&r, g_last, "was freed");
 }
 
@@ -125,9 +129,8 @@ static void strict_remote_free(void *unused) {
 }
 
 Test(segment_end, strict_remote_free_of_the_last_8_byte_block_of_a_segment_frees_it) {
-    allocate_to_a_segments_end();
     child_result r;
-    run_in_child(strict_remote_free, NULL, &r);
+    run_at_segment_end(strict_remote_free, &r);
     if (WIFSIGNALED(r.status))
         cr_assert_fail("a valid free killed the child: signal %d; stderr: '%s'", WTERMSIG(r.status),
                        r.err);
