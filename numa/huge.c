@@ -48,9 +48,9 @@ static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
         return NULL;
     }
     lull_huge_accounting *a = acct_of(h);
-    ACCT_SUB(freed, h->usable + h->block_offset);
+    ACCT_SUB(freed, h->usable + LULL_HUGE_HEADER_BYTES);
     ACCT_ADD(live, h->usable);
-    ACCT_ADD(metadata, h->block_offset);
+    ACCT_ADD(metadata, LULL_HUGE_HEADER_BYTES);
     ACCT_ADD(reused, 1);
     h->size = size;
     atomic_store_explicit(&h->freed, 0, memory_order_release);
@@ -92,11 +92,14 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     size_t offset = alignment <= LULL_SLICE_SIZE     ? LULL_SLICE_SIZE
                     : alignment <= LULL_SEGMENT_SIZE ? alignment
                                                      : LULL_SEGMENT_SIZE;
-    size_t need = offset + huge_room_for(size);
+    size_t room = huge_room_for(size);
+    size_t need = offset + room;
     size_t slack = alignment > LULL_SEGMENT_SIZE ? alignment : LULL_SEGMENT_SIZE;
-    /* the header and the block are resident once touched (the slack never
-     * is): counted before the mapping exists, given back if it fails */
-    if (!lull_resident_try_grow(need)) {
+    /* the header slice and the block are resident once touched (the slack
+     * never is, nor the rest of an alignment's offset: huge.h): counted
+     * before the mapping exists, given back if it fails */
+    size_t resident = LULL_HUGE_HEADER_BYTES + room;
+    if (!lull_resident_try_grow(resident)) {
         *over = true;
         return NULL;
     }
@@ -114,7 +117,7 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     }
     if (!base && !failed) failed = !lull_os_huge_map(need + slack, &base, &map_len);
     if (failed) {
-        lull_resident_sub(need);
+        lull_resident_sub(resident);
         *unmapped = true;
         return NULL;
     }
@@ -144,8 +147,9 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     lull_huge_accounting *a = acct_of(h);
     ACCT_ADD(mapped, map_len);
     ACCT_ADD(live, h->usable);
-    ACCT_ADD(metadata, offset);
-    ACCT_ADD(slack, map_len - offset - h->usable); /* before the header and after the block */
+    ACCT_ADD(metadata, LULL_HUGE_HEADER_BYTES);
+    /* before the header, from its slice to the block, and after the block */
+    ACCT_ADD(slack, map_len - LULL_HUGE_HEADER_BYTES - h->usable);
     lull_segment_map_set((uintptr_t)h, true);
     if (offset == LULL_SEGMENT_SIZE)
         lull_map_set(lull_aligned_huge_map, (uintptr_t)h + offset, true);
@@ -178,10 +182,10 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
 void lull_huge_unmap(lull_huge *h, bool block_resident) {
     void *base = h->map_base;
     size_t len = h->map_len;
-    lull_resident_sub(h->block_offset + (block_resident ? h->usable : 0));
+    lull_resident_sub(LULL_HUGE_HEADER_BYTES + (block_resident ? h->usable : 0));
     lull_huge_accounting *a = acct_of(h);
-    ACCT_SUB(freed, h->usable + h->block_offset);
-    ACCT_SUB(slack, len - h->block_offset - h->usable);
+    ACCT_SUB(freed, h->usable + LULL_HUGE_HEADER_BYTES);
+    ACCT_SUB(slack, len - LULL_HUGE_HEADER_BYTES - h->usable);
     ACCT_SUB(mapped, len);
     lull_segment_map_set((uintptr_t)h, false);
     if (h->block_offset == LULL_SEGMENT_SIZE)
@@ -197,9 +201,9 @@ void lull_huge_free(lull_huge *h, void *p) {
     if (!atomic_compare_exchange_strong(&h->freed, &expected, 1))
         lull_fatal("free(): double free of huge block %p", p);
     lull_huge_accounting *a = acct_of(h);
-    ACCT_ADD(freed, h->usable + h->block_offset);
+    ACCT_ADD(freed, h->usable + LULL_HUGE_HEADER_BYTES);
     ACCT_SUB(live, h->usable);
-    ACCT_SUB(metadata, h->block_offset);
+    ACCT_SUB(metadata, LULL_HUGE_HEADER_BYTES);
     if (lull_huge_release_hook) {
         lull_huge_release_hook(h);
         return;

@@ -10,12 +10,21 @@
 #include "base/hidden.h"
 #include "base/types.h"
 
+/* What of a huge block's block_offset counts as resident and metadata: the
+ * header's slice, at every alignment. Only the header's first page is ever
+ * written; an alignment over a slice puts the block that much further on,
+ * and the pages in between are never touched (slack). Counted whole, 20 MiB
+ * blocks at 32 MiB alignment each took 52 MiB of the heap limit: 2 fitted
+ * under 128 MiB where 6 did at 64 KiB alignment. */
+#define LULL_HUGE_HEADER_BYTES LULL_SLICE_SIZE
+
 /* Every huge byte is in one of these, per node: mapped = live + metadata
- * (header and alignment pad) + slack (address space before the aligned
- * header, never touched) + freed (queued for the reclaim thread) + the
- * header and block of the mappings in the reclaim thread's cache, which its
- * own walk counts (reclaim/huge_cache.h: a cached mapping is in one slot
- * word, and the walk reads only those words). */
+ * (the header slice, LULL_HUGE_HEADER_BYTES) + slack (address space never
+ * touched: before the aligned header, between the header slice and a block
+ * aligned further on, after the block) + freed (queued for the reclaim
+ * thread) + the header and block of the mappings in the reclaim thread's
+ * cache, which its own walk counts (reclaim/huge_cache.h: a cached mapping
+ * is in one slot word, and the walk reads only those words). */
 typedef struct lull_huge_accounting {
     _Atomic uint64_t mapped, live, metadata, slack, freed;
     _Atomic uint64_t reused, fresh; /* counts: allocations that reused a freed mapping / mapped */

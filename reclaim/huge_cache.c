@@ -34,7 +34,7 @@ static LULL_FORK_EXEC_DATA _Atomic uint64_t cached_bytes;
  * a child forked meanwhile it is a mapping nobody holds, and not counted. */
 static void account_freed(const lull_huge *h, bool add) {
     lull_huge_accounting *a = &lull_huge_acct[lull_huge_node_of(h)];
-    uint64_t v = h->usable + h->block_offset;
+    uint64_t v = h->usable + LULL_HUGE_HEADER_BYTES;
     if (add)
         atomic_fetch_add_explicit(&a->freed, v, memory_order_relaxed);
     else
@@ -155,8 +155,8 @@ void lull_huge_cache_account(uint64_t dirty[LULL_MAX_NODES], uint64_t purging[LU
                          : e.state == LULL_HC_PURGING ? purging
                                                       : purged;
         term[e.node] += e.usable;
-        metadata[e.node] += LULL_SLICE_SIZE; /* the header slice: block_offset */
-        bytes[e.node] += e.usable + LULL_SLICE_SIZE;
+        metadata[e.node] += LULL_HUGE_HEADER_BYTES; /* the header slice: block_offset */
+        bytes[e.node] += e.usable + LULL_HUGE_HEADER_BYTES;
     }
 }
 
