@@ -74,20 +74,35 @@ Test(segment_end, owner_double_free_of_the_last_8_byte_block_of_a_segment_aborts
     expect_abort(&r, g_last, "double free");
 }
 
-static void *remote_frees(void *unused) {
-    (void)unused;
+static void *run_then_exit(void *fn) {
+    (*(void (**)(void))fn)();
+    _exit(0);
+}
+
+/* `fn` on another thread of the child, which exits when fn returns. Not
+ * joined: under ThreadSanitizer the parent's threads stay in its registry
+ * after fork, a thread created here may get one of their pthread_t, and
+ * the join makes TSan die ("dup thread with used id"; test_free_errors
+ * does the same). */
+static void on_another_thread(void (*fn)(void)) {
+    static void (*run)(void);
+    run = fn;
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_then_exit, &run) != 0) _exit(5);
+    for (;;)
+        pause();
+}
+
+static void remote_frees(void) {
     lull_free(g_last);   /* onto the span's remote list (8-byte: no message) */
     lull_free(g_other1); /* ahead of it there */
     lull_free(g_last);   /* looks free: check_remote_double_free */
-    return NULL;
 }
 
 static void remote_double_free(void *unused) {
     (void)unused;
     if (mapped((char *)g_last + 8)) _exit(77);
-    pthread_t t;
-    if (pthread_create(&t, NULL, remote_frees, NULL) != 0) _exit(5);
-    pthread_join(t, NULL);
+    on_another_thread(remote_frees);
 }
 
 Test(segment_end, remote_double_free_of_the_last_8_byte_block_of_a_segment_aborts) {
@@ -113,19 +128,15 @@ Test(segment_end, realloc_of_the_freed_last_8_byte_block_of_a_segment_aborts) {
 
 /* strict_checks=on checks every remote free, live or not: a valid remote
  * free of that block must free it, not crash */
-static void *remote_free_once(void *unused) {
-    (void)unused;
+static void remote_free_once(void) {
     lull_free(g_last);
-    return NULL;
 }
 
 static void strict_remote_free(void *unused) {
     (void)unused;
     if (mapped((char *)g_last + 8)) _exit(77);
     if (!lull_configure("strict_checks", "on")) _exit(6);
-    pthread_t t;
-    if (pthread_create(&t, NULL, remote_free_once, NULL) != 0) _exit(5);
-    pthread_join(t, NULL);
+    on_another_thread(remote_free_once);
 }
 
 Test(segment_end, strict_remote_free_of_the_last_8_byte_block_of_a_segment_frees_it) {
