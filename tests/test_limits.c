@@ -173,7 +173,7 @@ Test(limits, the_estimate_is_the_statistics_resident_bound, .init = setup) {
     cr_assert_not_null(h);
     h = lull_realloc(h, HUGE_SIZE + 8 * MiB); /* grown in place, or moved */
     cr_assert_not_null(h);
-    void *aligned = lull_aligned_alloc(4 * MiB, 20 * MiB); /* its header a segment below */
+    void *aligned = lull_aligned_alloc(4 * MiB, 20 * MiB); /* its header 4 MiB below */
     cr_assert_not_null(aligned);
     snap("huge");
     park_pages();
