@@ -94,6 +94,11 @@ typedef struct lull_span {
     uint8_t kind; /* lull_span_kind */
     uint8_t size_class;
     uint8_t zeroed; /* uncarved memory is known to be zero */
+    /* `parking` (below) where a remote free looks, in the line it loads
+     * anyway: while set, its double-free check asks whether the block lies
+     * on a page given back (a purged block's word is 0, which does not look
+     * free). Written by the owner at a park's start and end only. */
+    _Atomic uint8_t parks;
     /* ---- the owner's: malloc and free write these ---- */
     _Alignas(64) lull_block *free; /* local free list: malloc pops, local free pushes */
     /* blocks handed out and not freed locally, less park_at;
@@ -296,6 +301,9 @@ typedef struct lull_heap {
     /* on the abandoned list, or the late heap (heap.c): its empty spans go
      * back to the arena at once, none is kept for a thread that is gone */
     bool abandoned;
+    /* an empty span stayed, parking, because a page of it was being purged
+     * (heap.c): an abandoned heap's collection releases it later */
+    bool purge_wait;
     uint64_t allocs; /* blocks handed out by this heap (owner only) */
     uint64_t frees;  /* blocks this heap's thread freed, its own or others' (owner only) */
     /* the sampled heap profile's windows (src/profile.h); NULL when off.

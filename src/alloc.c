@@ -66,6 +66,7 @@ static lull_span *span_new(lull_heap *h, unsigned c) {
     s->park_at = 0;
     s->parked_pages = 0;
     s->parking = 0;
+    atomic_store_explicit(&s->parks, 0, memory_order_relaxed);
     s->in_full = 0;
     s->sampled = 0;
     s->used = 0;
@@ -100,6 +101,10 @@ static bool refill_from(lull_heap *h, lull_span_queue *q, lull_span *s) {
     if (!s->free) lull_span_unpark(s, true);
     if (!s->free && !s->parking && s->carved < s->capacity) lull_span_extend(s);
     if (s->free) return true;
+    /* a page being purged kept it parking: it stays queued (the full
+     * list is left only by a free into the span, and an empty span gets
+     * none), and a later refill takes it back */
+    if (s->parking && lull_span_has_free(s)) return false;
     lull_heap_queue_remove(q, s);
     lull_span_set_in_full(s, true);
     lull_span_park_arm(s);
@@ -131,9 +136,13 @@ lull_span *lull_class_refill(lull_heap *h, unsigned c) {
         if (!refill_from(h, q, s)) continue; /* full: on the full list now */
         if (q->count >= REFILL_BACK_SPANS && s->capacity - lull_span_used(s) < REFILL_ENOUGH) {
             /* the back's full spans go to the full list on the way */
-            while (q->tail != s && !refill_from(h, q, q->tail))
-                ;
-            s = q->tail;
+            for (lull_span *t; (t = q->tail) != s;) {
+                if (refill_from(h, q, t)) {
+                    s = t;
+                    break;
+                }
+                if (q->tail == t) break; /* stays queued, parking */
+            }
         }
         if (s != q->head) {
             lull_heap_queue_remove(q, s);
@@ -165,6 +174,7 @@ static void *large_span_init(lull_span *s, size_t size, size_t alignment, size_t
     s->park_at = 0;
     s->parked_pages = 0;
     s->parking = 0;
+    atomic_store_explicit(&s->parks, 0, memory_order_relaxed);
     s->in_full = 0;
     s->sampled = 0;
     s->used = 1;
@@ -608,6 +618,13 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
              * through the walks below (larson-live 110-206 ns an operation
              * instead of 66-80). */
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
+        /* a block on a page its parking span gave back is free: a purged
+         * one's word is 0, which does not look free; handed out again by
+         * this thread, the owner would hand it out too */
+        if (atomic_load_explicit(&span->parks, memory_order_relaxed) &&
+            lull_span_block_on_parked_page(span, b))
+            lull_fatal("free(): double free of %p (block of %u bytes, on a page given back)", p,
+                       span->block_size);
         if (__builtin_expect(lull_block_looks_free(b), 0) ||
             __atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED))
 #else
@@ -715,6 +732,8 @@ void lull_free_other(void *p, lull_span *span, lull_heap *h) {
         !lull_block_misaligned(span, p) &&
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
         !lull_block_looks_free(b) &&
+        /* a parking span's: the slow path looks at the block's pages */
+        !atomic_load_explicit(&span->parks, memory_order_relaxed) &&
 #endif
         !__atomic_load_n(&lull_config.strict_checks, __ATOMIC_RELAXED) &&
         !lull_reuse_full(h, span)) {

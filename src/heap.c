@@ -360,7 +360,10 @@ static bool span_empty(lull_heap *h, lull_span *span) {
     /* its pages come back first (and its blocks onto its list, if it may
      * stay); a page being purged right now leaves the span in its queue,
      * empty, until a later refill */
-    if (!lull_span_unpark(span, keep)) return false;
+    if (!lull_span_unpark(span, keep)) {
+        __atomic_store_n(&h->purge_wait, true, __ATOMIC_RELAXED);
+        return false;
+    }
     if (keep && keep_empty(h, span)) return false;
     if (lull_span_in_full(span))
         lull_heap_queue_remove(&h->full, span);
@@ -451,17 +454,20 @@ void lull_heap_collect_remote(lull_heap *h) {
         span->remote_next = NULL;
         span_collect_popped(span);
         if (lull_span_in_full(span) && lull_span_has_free(span)) unfull(h, span);
-        if (span_releasable(span)) span_empty(h, span);
+        /* span_empty() takes a parking span's pages back itself, threading
+         * its blocks if it keeps the span: span_releasable() would stop the
+         * parking first, without threading them */
+        if (lull_span_used(span) == 0 &&
+            atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0)
+            span_empty(h, span);
     }
 }
 
-void lull_heap_collect(lull_heap *h, bool all) {
-    lull_heap_free_deferred(h);   /* its block counts as used in its span */
-    if (all) lull_reuse_flush(h); /* kept blocks of other heaps go home */
-    lull_outbox_flush(h);
-    lull_heap_collect_remote(h);
-    if (!all) return;
-    lull_profile_heap_flush(h); /* its blocks count as in use in their spans */
+/* Every span of the heap: the empty ones go back (one with a page being
+ * purged stays, and the heap waits on it), the full ones with a free
+ * block leave the full list. */
+static void collect_spans(lull_heap *h) {
+    bool wait = false;
     for (unsigned c = 0; c < LULL_CLASSES; c++) {
         for (lull_span *s = h->queue[c].head, *next; s; s = next) {
             next = s->next;
@@ -484,6 +490,21 @@ void lull_heap_collect(lull_heap *h, bool all) {
             unfull(h, s);
         }
     }
+    for (unsigned c = 0; c < LULL_CLASSES && !wait; c++)
+        for (lull_span *s = h->queue[c].head; s && !wait; s = s->next)
+            wait = lull_span_used(s) == 0 && s->parking;
+    /* atomic: the reclaim thread looks at the late heap's without its lock */
+    __atomic_store_n(&h->purge_wait, wait, __ATOMIC_RELAXED);
+}
+
+void lull_heap_collect(lull_heap *h, bool all) {
+    lull_heap_free_deferred(h);   /* its block counts as used in its span */
+    if (all) lull_reuse_flush(h); /* kept blocks of other heaps go home */
+    lull_outbox_flush(h);
+    lull_heap_collect_remote(h);
+    if (!all) return;
+    lull_profile_heap_flush(h); /* its blocks count as in use in their spans */
+    collect_spans(h);
 }
 
 void lull_heap_abandon(lull_heap *h) {
@@ -513,16 +534,31 @@ static bool remote_frees_waiting(lull_heap *h) {
            atomic_load_explicit(&h->inbox, memory_order_relaxed);
 }
 
+/* An empty span of h stayed, parking, for a page being purged (span_empty):
+ * its collection releases it once the purge is done. */
+static bool purge_waiting(lull_heap *h) {
+    return __atomic_load_n(&h->purge_wait, __ATOMIC_RELAXED);
+}
+
+/* The tick's collection of a heap no thread runs on (abandoned, or the late
+ * heap under its lock): its remote frees, and its spans when one waits for
+ * a purge. */
+static void collect_abandoned_one(lull_heap *h) {
+    if (!remote_frees_waiting(h) && !purge_waiting(h)) return;
+    lull_heap_collect_remote(h);
+    if (purge_waiting(h)) collect_spans(h);
+}
+
 void lull_heaps_collect_abandoned(void) {
     pthread_mutex_lock(&registry_lock);
     for (int node = 0; node < LULL_MAX_NODES; node++)
         for (lull_heap *h = abandoned[node]; h; h = h->next_abandoned)
-            if (remote_frees_waiting(h)) lull_heap_collect_remote(h);
+            collect_abandoned_one(h);
     pthread_mutex_unlock(&registry_lock);
     lull_heap *late = __atomic_load_n(&late_heap, __ATOMIC_ACQUIRE);
-    if (late && remote_frees_waiting(late)) {
+    if (late && (remote_frees_waiting(late) || purge_waiting(late))) {
         pthread_mutex_lock(&late_lock);
-        lull_heap_collect_remote(late);
+        collect_abandoned_one(late);
         pthread_mutex_unlock(&late_lock);
     }
 }

@@ -75,7 +75,9 @@ static inline void lull_span_set_park_at(lull_span *s, uint32_t park_at) {
  * is due at the next free. */
 static inline void lull_span_unuse(lull_span *s, uint32_t n) {
     uint32_t real = lull_span_used(s) - n;
-    if (s->park_at > real) s->park_at = real ? real - 1 : 0;
+    /* at park_at too: `used` would be left at 0, and the next free would
+     * take it below zero */
+    if (s->park_at >= real) s->park_at = real ? real - 1 : 0;
     s->used = (s->used & LULL_SPAN_SLOW_FREE) | (real - s->park_at);
 }
 

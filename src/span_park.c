@@ -118,6 +118,7 @@ void lull_span_park_start(lull_span *s) {
     if (s->parking) return;
     uint32_t bs = s->block_size;
     s->parking = 1;
+    atomic_store_explicit(&s->parks, 1, memory_order_relaxed);
     uint64_t *bits = bitmap_of(s);
     uint8_t *live = live_of(s);
     for (size_t w = 0; w < bitmap_words(s); w++)
@@ -218,7 +219,18 @@ bool lull_span_unpark(lull_span *s, bool thread) {
     for (unsigned k = 0; k < s->slice_count && s->parked_pages; k++)
         s->parked_pages -=
             (uint16_t)__builtin_popcount(lull_pages_take_back(seg, first + k, 0xffffu));
-    if (s->parked_pages) return false; /* a page being purged: parking goes on */
+    if (s->parked_pages) {
+        /* a page being purged: parking goes on, and the pages taken back
+         * (no live block on them, their counts at 0) park again */
+        uint8_t *live = live_of(s);
+        uint32_t now = 0;
+        for (size_t p = 0; p < span_pages(s); p++)
+            if (live[p] == 0 && !page_out(s, p)) {
+                if (!now) now = lull_now_ms();
+                park_page(s, p, now);
+            }
+        return false;
+    }
     if (thread) {
         /* every free block back on the list, in address order */
         uint64_t *bits = bitmap_of(s);
@@ -235,6 +247,7 @@ bool lull_span_unpark(lull_span *s, bool thread) {
         s->free = list;
     }
     s->parking = 0;
+    atomic_store_explicit(&s->parks, 0, memory_order_relaxed);
     lull_span_update_slow(s);
     return true;
 }
