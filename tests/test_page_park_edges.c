@@ -19,7 +19,9 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -461,18 +463,27 @@ Test(page_park_edges, pages_taken_back_by_a_failed_unpark_are_parked_again, .ini
 /* ---- a remote double free of a purged block ------------------------------- */
 
 static void *remote_q;
+static atomic_bool remote_done;
 
 static void *remote_double_free(void *p) {
     lull_free(lull_malloc(32)); /* a heap of its own: its frees of others' blocks are kept */
     lull_free(p);               /* the second free of p */
     remote_q = lull_malloc(SIZE);
+    atomic_store(&remote_done, true);
+    while (true) /* the child exits under it */
+        pause();
     return NULL;
 }
 
+/* The thread is not joined: under ThreadSanitizer the parent's threads stay
+ * in its registry after fork, a thread created here may get one of their
+ * pthread_t, and the join makes TSan die ("dup thread with used id"; as in
+ * test_free_errors). The child waits for its flag instead. */
 static void double_free_in_child(void *p) {
     pthread_t t;
-    pthread_create(&t, NULL, remote_double_free, p);
-    pthread_join(t, NULL);
+    if (pthread_create(&t, NULL, remote_double_free, p) != 0) _exit(5);
+    while (!atomic_load(&remote_done))
+        sched_yield();
     /* the owner's allocations: its span is taken back, and p with it */
     for (int i = 0; i < 64; i++) {
         void *q = lull_malloc(SIZE);
