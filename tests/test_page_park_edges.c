@@ -497,13 +497,9 @@ static void double_free_in_child(void *p) {
     _exit(2);
 }
 
-/* Another thread frees, a second time, a block of a parking span whose
- * page was purged. Its first word is zero, not a link: lull_free_other's
- * fast path (lull_block_looks_free false) keeps it on the thread's reuse
- * list, and the thread's next malloc hands it out, while the block is
- * still in its span's free bitmap. On a PENDING page (a stale link) or an
- * unparked span (a listed link) the same double free aborts. */
-Test(page_park_edges, a_remote_double_free_of_a_purged_block_aborts, .init = setup) {
+/* A span of SIZE's class filled, its first 10 blocks freed: it parks, and
+ * its first page holds only free blocks. Returns the first block. */
+static void *a_parking_span(lull_span **span) {
     static void *a[64];
     size_t n = 0;
     a[n++] = lull_malloc(SIZE);
@@ -520,41 +516,42 @@ Test(page_park_edges, a_remote_double_free_of_a_purged_block_aborts, .init = set
         lull_free(a[i]);
     complete_last_free();
     cr_assert(A->parking);
+    *span = A;
+    return a[0];
+}
+
+/* A second free of p, a block on a page given back, by another thread (in
+ * a child): it must abort. */
+static void expect_remote_double_free_caught(void *p) {
+    child_result r;
+    run_in_child(double_free_in_child, p, &r);
+    cr_assert(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT,
+              "the second free of %p by another thread was not caught (exit %d): %s", p,
+              WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, r.err);
+}
+
+/* Another thread frees, a second time, a block of a parking span whose
+ * page was purged. Its first word is zero, not a link: lull_free_other's
+ * fast path (lull_block_looks_free false) kept it on the thread's reuse
+ * list, and the thread's next malloc handed it out, while the block was
+ * still in its span's free bitmap. On a PENDING page (a stale link) or an
+ * unparked span (a listed link) the same double free aborted already. */
+Test(page_park_edges, a_remote_double_free_of_a_purged_block_aborts, .init = setup) {
+    lull_span *A;
+    void *p = a_parking_span(&A);
     lull_set_purge_delay_ms(0);
     for (int t = 0; t < 100 && page_state_at(A, 0) != LULL_PAGE_PURGED; t++)
         cr_assert(lull_reclaim_now());
     cr_assert_eq(page_state_at(A, 0), LULL_PAGE_PURGED);
     lull_set_purge_delay_ms(-1);
     cr_assert(lull_reclaim_now());
-    child_result r;
-    run_in_child(double_free_in_child, a[0], &r);
-    cr_assert(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT,
-              "the second free of %p by another thread was not caught (exit %d): %s", a[0],
-              WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, r.err);
+    expect_remote_double_free_caught(p);
 }
 
-/* The control: the same double free on a PENDING page aborts. */
+/* The same double free on a PENDING page. */
 Test(page_park_edges, a_remote_double_free_of_a_pending_block_aborts, .init = setup) {
-    static void *a[64];
-    size_t n = 0;
-    a[n++] = lull_malloc(SIZE);
-    lull_span *A = span_of(a[0]);
-    const unsigned cap = A->capacity;
-    while (n < cap)
-        a[n++] = lull_malloc(SIZE);
-    for (size_t i = 0; i < n; i++)
-        memset(a[i], 0x5a, SIZE);
-    void *x = lull_malloc(SIZE);
-    (void)x;
-    for (size_t i = 0; i < 10; i++)
-        lull_free(a[i]);
-    complete_last_free();
-    cr_assert(A->parking);
+    lull_span *A;
+    void *p = a_parking_span(&A);
     cr_assert_eq(page_state_at(A, 0), LULL_PAGE_PENDING);
-    child_result r;
-    run_in_child(double_free_in_child, a[0], &r);
-    cr_assert(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT,
-              "the second free of %p by another thread was not caught (exit %d): %s", a[0],
-              WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, r.err);
-    cr_log_info("pending: %s", r.err);
+    expect_remote_double_free_caught(p);
 }
