@@ -41,6 +41,21 @@ static lull_span *span_of(void *p) {
     return lull_span_of(lull_segment_of(p), p);
 }
 
+/* A fresh span of `size`'s class, filled: its capacity of blocks (at most
+ * 64) in a[], every one in that span, and the span not one the heap kept
+ * from before (whose pages would not start as the test expects). */
+static lull_span *fill_a_span(void **a, size_t size) {
+    a[0] = lull_malloc(size);
+    lull_span *A = span_of(a[0]);
+    cr_assert_eq(A->kept, 0, "a kept span: this class was used before");
+    cr_assert_leq(A->capacity, 64);
+    for (unsigned i = 1; i < A->capacity; i++) {
+        a[i] = lull_malloc(size);
+        cr_assert_eq(span_of(a[i]), A, "the blocks are not in one span");
+    }
+    return A;
+}
+
 /* ---- a thread that frees after lull's heap destructor ran ---------------- */
 
 static pthread_key_t late_key;
@@ -78,17 +93,10 @@ static lull_span *parking_span_emptied_remotely(void) {
     cr_assert_eq(pthread_key_create(&late_key, late_free_destructor), 0);
     lull_heap *h = lull_tl_heap;
     static void *a[64];
-    size_t n = 0;
-    a[n++] = lull_malloc(SIZE);
-    lull_span *A = span_of(a[0]);
+    lull_span *A = fill_a_span(a, SIZE);
     const unsigned cap = A->capacity, park_start = lull_classes[A->size_class].park_start;
-    cr_assert(park_start > 0 && cap <= 64);
-    cr_assert_eq(A->kept, 0, "a kept span: this class was used before");
-    while (n < cap) {
-        a[n] = lull_malloc(SIZE);
-        cr_assert_eq(span_of(a[n]), A, "the blocks are not in one span");
-        n++;
-    }
+    cr_assert(park_start > 0);
+    size_t n = cap;
     for (size_t i = 0; i < n; i++)
         memset(a[i], 0x5a, SIZE);
     /* the refill finds A full: A goes on the full list, armed */
@@ -217,16 +225,9 @@ static void finish_runs(lull_page_run *runs, size_t n) {
 Test(page_park_edges, an_empty_span_met_purging_twice_is_not_lost_on_the_full_list, .init = setup) {
     lull_heap *h = lull_tl_heap;
     static void *a[64];
-    size_t n = 0;
-    a[n++] = lull_malloc(SIZE);
-    lull_span *A = span_of(a[0]);
+    lull_span *A = fill_a_span(a, SIZE);
     const unsigned cap = A->capacity, park_start = lull_classes[A->size_class].park_start;
-    cr_assert_eq(A->kept, 0, "a kept span: this class was used before");
-    while (n < cap) {
-        a[n] = lull_malloc(SIZE);
-        cr_assert_eq(span_of(a[n]), A);
-        n++;
-    }
+    size_t n = cap;
     void *x = lull_malloc(SIZE); /* A on the full list, armed */
     cr_assert(lull_span_in_full(A));
     /* every block but the last: A parks on the way */
@@ -291,17 +292,10 @@ Test(page_park_edges, remote_frees_down_to_exactly_park_at_keep_the_count_right,
     cr_assert_eq(pthread_key_create(&late_key, late_free_destructor), 0);
     const size_t size = 2816; /* 23 to a one-slice span */
     static void *a[64];
-    size_t n = 0;
-    a[n++] = lull_malloc(size);
-    lull_span *A = span_of(a[0]);
+    lull_span *A = fill_a_span(a, size);
     const unsigned cap = A->capacity, park_start = lull_classes[A->size_class].park_start;
-    cr_assert_eq(A->kept, 0, "a kept span: this class was used before");
-    cr_assert(park_start > 0 && park_start < cap && cap <= 64);
-    while (n < cap) {
-        a[n] = lull_malloc(size);
-        cr_assert_eq(span_of(a[n]), A);
-        n++;
-    }
+    cr_assert(park_start > 0 && park_start < cap);
+    size_t n = cap;
     for (size_t i = 0; i < n; i++)
         memset(a[i], 0x5a, size);
     void *x = lull_malloc(size); /* A on the full list, armed */
@@ -344,12 +338,8 @@ static size_t exit_n;
 
 static void *park_then_exit(void *arg) {
     (void)arg;
-    exit_blocks[exit_n++] = lull_malloc(SIZE);
-    lull_span *A = span_of(exit_blocks[0]);
-    const unsigned cap = A->capacity;
-    cr_assert_eq(A->kept, 0);
-    while (exit_n < cap)
-        exit_blocks[exit_n++] = lull_malloc(SIZE);
+    lull_span *A = fill_a_span(exit_blocks, SIZE);
+    exit_n = A->capacity;
     void *x = lull_malloc(SIZE); /* A on the full list, armed */
     cr_assert(lull_span_in_full(A));
     for (size_t i = 0; i + 1 < exit_n; i++)
@@ -413,14 +403,9 @@ static unsigned page_state_at(const lull_span *s, size_t page) {
  * resident again by the take-back) until the span is taken back whole. */
 Test(page_park_edges, pages_taken_back_by_a_failed_unpark_are_parked_again, .init = setup) {
     static void *a[64];
-    size_t n = 0;
-    a[n++] = lull_malloc(SIZE);
-    lull_span *A = span_of(a[0]);
-    const unsigned cap = A->capacity;
-    cr_assert_eq(A->kept, 0, "a kept span: this class was used before");
-    cr_assert_eq(cap, 21);
-    while (n < cap)
-        a[n++] = lull_malloc(SIZE);
+    lull_span *A = fill_a_span(a, SIZE);
+    cr_assert_eq(A->capacity, 21);
+    size_t n = A->capacity;
     void *x = lull_malloc(SIZE); /* A on the full list, armed */
     /* blocks 0-9 (bytes 0-30719): pages 0-6 park */
     for (size_t i = 0; i < 10; i++)
@@ -501,13 +486,8 @@ static void double_free_in_child(void *p) {
  * its first page holds only free blocks. Returns the first block. */
 static void *a_parking_span(lull_span **span) {
     static void *a[64];
-    size_t n = 0;
-    a[n++] = lull_malloc(SIZE);
-    lull_span *A = span_of(a[0]);
-    const unsigned cap = A->capacity;
-    cr_assert_eq(A->kept, 0, "a kept span: this class was used before");
-    while (n < cap)
-        a[n++] = lull_malloc(SIZE);
+    lull_span *A = fill_a_span(a, SIZE);
+    size_t n = A->capacity;
     for (size_t i = 0; i < n; i++)
         memset(a[i], 0x5a, SIZE);
     void *x = lull_malloc(SIZE);
