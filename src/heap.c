@@ -280,15 +280,19 @@ static uint32_t span_collect_popped(lull_span *span) {
     return span_merge_remote(span, lull_remote_head(old));
 }
 
+/* No block of the span in use, and none on its remote list. */
+static bool span_unused(lull_span *span) {
+    return lull_span_used(span) == 0 &&
+           atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0;
+}
+
 /* Released only by its owner, and only when no block is in use and the
  * remote word is 0: then no remote free is pending or half done, and none
  * can come (every block is free). Its parked pages are taken back first;
  * one the reclaim thread is purging at this moment keeps the span until a
  * later visit (a refill, a collection). */
 static bool span_releasable(lull_span *span) {
-    return lull_span_used(span) == 0 &&
-           atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0 &&
-           lull_span_unpark(span, false);
+    return span_unused(span) && lull_span_unpark(span, false);
 }
 
 /* An empty span the heap keeps is out of the reclaim thread's reach until
@@ -457,9 +461,7 @@ void lull_heap_collect_remote(lull_heap *h) {
         /* span_empty() takes a parking span's pages back itself, threading
          * its blocks if it keeps the span: span_releasable() would stop the
          * parking first, without threading them */
-        if (lull_span_used(span) == 0 &&
-            atomic_load_explicit(&span->thread_free, memory_order_acquire) == 0)
-            span_empty(h, span);
+        if (span_unused(span)) span_empty(h, span);
     }
 }
 
