@@ -472,10 +472,14 @@ free_list_has(const lull_span *span, const lull_block *first, const lull_block *
  * heap its second word names? True only if b was found linked there: a
  * block malloc's fast path handed out again keeps the name of its last
  * keeper, whose list no longer has it. The keeper writes its list while
- * this walks it: each link is checked to lie in b's segment (a list holds
- * one segment's blocks, and a segment stays mapped, so a read never
- * faults) before it is followed, and at most the bound's count are
- * followed. TSan is told not to watch these reads: they are racy by
+ * this walks it (a block popped under the walk is written by its new user,
+ * and its link read here may be any word): each link is checked to lie in
+ * b's segment (a list holds one segment's blocks, and a segment stays
+ * mapped) and to be word-aligned, as every block start is, before it is
+ * followed, so that the word read lies in the segment and never faults
+ * (the segment is aligned to its size; a link into its last 7 bytes read
+ * past its end, unmapped after the newest segment: tests/test_kept_walk.c).
+ * At most the bound's count are followed. TSan is told not to watch these reads: they are racy by
  * design, and nothing is written. */
 __attribute__((no_sanitize("thread"))) static bool kept_by_someone(const lull_block *b,
                                                                    const lull_span *span) {
@@ -489,7 +493,8 @@ __attribute__((no_sanitize("thread"))) static bool kept_by_someone(const lull_bl
     const lull_span *list = &keeper->reuse[span->size_class];
     const lull_block *f = __atomic_load_n(&list->free, __ATOMIC_RELAXED);
     for (unsigned n = 0; f && n <= LULL_REUSE_MAX_BLOCKS; n++) {
-        if (lull_segment_of(f) != lull_segment_of(b)) return false;
+        if (lull_segment_of(f) != lull_segment_of(b) || (uintptr_t)f % sizeof(uintptr_t))
+            return false;
         if (f == b) return true;
         uintptr_t link = __atomic_load_n(&f->next_encoded, __ATOMIC_RELAXED);
         f = (const lull_block *)(link ^ lull_link_key(f));
