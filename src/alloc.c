@@ -560,6 +560,15 @@ size_t lull_check_live_block(const char *who, void *p) {
     lull_block *b = p;
     if (b == lull_tl_heap->deferred)
         lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
+    /* a parking span's free blocks are in its bitmap, on no list
+     * (src/span_park.h), and their first word is a stale link or, on a
+     * purged page, 0: the walks below miss them. The owner reads the
+     * bitmap; another thread asks, as free() does, whether the block is on
+     * a page given back (which holds free blocks only) */
+    if (atomic_load_explicit(&span->parks, memory_order_relaxed) &&
+        (lull_span_owned_by(span, lull_tl_heap) ? lull_span_parking_has(span, b)
+                                                : lull_span_block_on_parked_page(span, b)))
+        lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
     /* (without the checks malloc leaves a popped block's stale link, which
      * looks free: every realloc would walk the lists) */
