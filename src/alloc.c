@@ -516,18 +516,14 @@ __attribute__((no_sanitize("thread"))) static void check_remote_double_free(lull
     atomic_store_explicit(&span->remote_suspect, 1, memory_order_relaxed);
 }
 
-#ifndef LULL_NO_DOUBLE_FREE_CHECK
-/* Is b, a block of the small span `span` whose first word looks free, on
- * a list of free blocks: a message, a reuse list, its span's local or
- * remote list? The walks of check_remote_double_free, without its aborts. */
-__attribute__((no_sanitize("thread"))) static bool small_block_is_free(lull_span *span,
-                                                                       lull_block *b) {
+/* The walks of check_remote_double_free, without its aborts (alloc.h). */
+__attribute__((no_sanitize("thread"))) bool lull_small_block_is_free(lull_span *span,
+                                                                     const lull_block *b) {
     if (lull_block_in_message(b) || kept_by_someone(b, span)) return true;
     if (free_list_has(span, __atomic_load_n(&span->free, __ATOMIC_RELAXED), b)) return true;
     uintptr_t remote = atomic_load_explicit(&span->thread_free, memory_order_acquire);
     return free_list_has(span, lull_remote_head(remote), b);
 }
-#endif
 
 size_t lull_check_live_block(const char *who, void *p) {
     lull_segment *seg = lull_segment_of(p);
@@ -572,7 +568,7 @@ size_t lull_check_live_block(const char *who, void *p) {
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
     /* (without the checks malloc leaves a popped block's stale link, which
      * looks free: every realloc would walk the lists) */
-    if (lull_block_looks_free(b) && small_block_is_free(span, b))
+    if (lull_block_looks_free(b) && lull_small_block_is_free(span, b))
         lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
 #endif
     return span->block_size;

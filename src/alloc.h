@@ -48,6 +48,11 @@ void lull_free_not_segment(void *p);
  * lull_usable_size, from the lookups the check made). realloc() asks
  * before it keeps, grows or copies the block. */
 size_t lull_check_live_block(const char *who, void *p);
+/* Is b, a block of the small span `span` whose first word looks free, on
+ * a list of free blocks: in a message, on a reuse list, on its span's
+ * local or remote list? Racy for a span another heap owns (a hint); exact
+ * for the caller's own span (its remote list is read as it is now). */
+bool lull_small_block_is_free(lull_span *span, const lull_block *b);
 /* A sized free (alignment 1) past the inline check: the full check, then
  * free(); NULL does nothing. */
 void lull_free_sized_slow(const char *who, void *p, size_t size);

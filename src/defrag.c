@@ -93,9 +93,12 @@ __attribute__((no_sanitize("thread"))) static bool classify(const void *p, lull_
         if (span->parked_pages && lull_span_block_on_parked_page(span, p)) return false;
         if (span->parking && lull_span_parking_has(span, p)) return false; /* freed, recorded */
         /* a free block's first word is a link; a live one's rarely looks
-         * like one, and then the list is walked to be sure */
+         * like one, and then the lists are walked to be sure: free()'s
+         * (its span's local and remote lists, messages, reuse lists: a
+         * block another thread freed is as free as one on the local list,
+         * and a move of it would die as a double free) and the window */
         if (lull_block_looks_free(b) &&
-            (lull_span_free_list_has(span, b) || in_window(owner, span, b)))
+            (lull_small_block_is_free(span, b) || in_window(owner, span, b)))
             return false;
     }
     if (lull_block_in_message(p)) return false; /* freed by another thread, in flight */
