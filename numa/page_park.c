@@ -9,7 +9,16 @@
 
 void lull_pages_park(lull_segment *s, unsigned slice, uint32_t mask, uint32_t now_ms) {
     lull_parked_pages *parked = lull_parked_pages_of(s);
-    atomic_store_explicit(&parked->parked_ms[slice], now_ms, memory_order_relaxed);
+    /* the slice's time is its oldest PENDING page's: stamped only when it
+     * has none. Stamped at every park, a slice whose pages came free one
+     * after another, closer together than the purge delay, never had one
+     * purged (tests/test_page_park_age.c). A page parked later goes with
+     * the older ones, early. A claim between this read and the state's
+     * update below can leave the slice with no PENDING page and the old
+     * time: the new page is then purged early too, once. */
+    uint32_t before = atomic_load_explicit(&parked->page_state[slice], memory_order_relaxed);
+    if (!(before & ~(before >> 1) & LOW_BITS))
+        atomic_store_explicit(&parked->parked_ms[slice], now_ms, memory_order_relaxed);
     /* release: the reclaim thread that claims a page sees parked_ms, and
      * the owner's last writes to the page happened before its purge */
     uint32_t old = atomic_fetch_or_explicit(&parked->page_state[slice], lull_pages_spread(mask, 1),
