@@ -222,10 +222,15 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
     size_t have = (size_t)((char *)h->map_base + h->map_len - (char *)h);
     lull_huge_accounting *a = acct_of(h);
     /* the pages the block grows by are resident once touched: within the
-     * heap limit, or the caller's copy asks for a new block (which waits
-     * for the reclaim thread's purge) */
+     * heap limit, after the reclaim thread's purge if need be, as a new
+     * block's are. Refused at once, the caller's copy asked for a new block
+     * of the whole size, which needs more room than the growth: a realloc
+     * from 40 to 60 MiB failed with 59 MiB free under the limit after that
+     * purge, where growing needed 19 */
     size_t grow = pages > h->usable ? pages - h->usable : 0;
-    if (grow && !lull_resident_try_grow(grow)) return false;
+    if (grow && !lull_resident_try_grow(grow) &&
+        !(lull_resident_relieve() && lull_resident_try_grow(grow)))
+        return false;
     if (need > have) {
         /* map the missing tail right after the mapping: an mmap, not an
          * mremap, so the request thread makes no call that the reclaim
