@@ -42,11 +42,7 @@ static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
     if (!lull_huge_reuse_hook || alignment > LULL_SLICE_SIZE) return NULL;
     if (node < 0 || node >= LULL_MAX_NODES) node = 0; /* as acct_of() files it */
     lull_huge *h = lull_huge_reuse_hook(size, node, zeroed);
-    if (!h) {
-        lull_huge_accounting *a = &lull_huge_acct[node];
-        ACCT_ADD(fresh, 1);
-        return NULL;
-    }
+    if (!h) return NULL; /* a miss once a mapping is made (huge_alloc) */
     lull_huge_accounting *a = acct_of(h);
     ACCT_SUB(freed, h->usable + LULL_HUGE_HEADER_BYTES);
     ACCT_ADD(live, h->usable);
@@ -148,6 +144,10 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     ACCT_ADD(mapped, map_len);
     ACCT_ADD(live, h->usable);
     ACCT_ADD(metadata, LULL_HUGE_HEADER_BYTES);
+    /* counted here, where the mapping is made: counted at the cache's miss,
+     * an aligned block (which takes no freed mapping) was never a miss, and
+     * one refused at the heap limit was two (before and after the purge) */
+    ACCT_ADD(fresh, 1);
     /* before the header, from its slice to the block, and after the block */
     ACCT_ADD(slack, map_len - LULL_HUGE_HEADER_BYTES - h->usable);
     lull_segment_map_set((uintptr_t)h, true);
