@@ -144,6 +144,7 @@ lull_heap *lull_heap_get_or_create(void) {
     int node = lull_home_node();
     pthread_mutex_lock(&registry_lock);
     lull_heap *h = abandoned[node];
+    bool adopted = h != NULL;
     if (h) {
         abandoned[node] = h->next_abandoned;
         /* under the lock: a sender that finds it set, holding the lock,
@@ -167,6 +168,11 @@ lull_heap *lull_heap_get_or_create(void) {
     /* after lull_tl_heap is set: if pthread_setspecific allocates, that
      * allocation already finds this heap */
     pthread_setspecific(heap_key, h);
+    /* what other threads sent the heap while it was abandoned was the
+     * reclaim thread's to collect, and is only this thread's now: one that
+     * adopts it by a free and never refills (a consumer, its frees kept on
+     * its reuse lists) held those frees for good (test_adopt_inbox) */
+    if (adopted) lull_heap_collect_remote(h);
     return h;
 }
 
