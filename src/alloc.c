@@ -252,6 +252,10 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
             return b;
         }
     }
+    /* memory taken, as span_new() does for small blocks: a thread that
+     * frees others' small blocks and then allocates only large or huge ones
+     * held its part-full messages until it collected or exited */
+    if (h->outbox_pending) lull_outbox_flush(h);
     void *p;
     bool sample = h->profile && lull_profile_large_due(h, size);
     if (size <= LULL_LARGE_MAX && alignment <= LULL_SEGMENT_SIZE / 4) {

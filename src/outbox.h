@@ -2,8 +2,8 @@
  * own puts them in its outbox, one message per owner heap, and sends a
  * message (one CAS onto the owner's inbox) when it holds
  * LULL_OUTBOX_BATCH blocks or LULL_OUTBOX_BYTES, when the slot is needed
- * for another owner, or when the thread takes a new span, collects or
- * exits. The
+ * for another owner, or when the thread takes a new span or a large or
+ * huge block, collects or exits. The
  * owner applies its inbox as local frees (heap.c). The protocol, its states
  * and why it is safe: docs/architecture.md, "remote frees". */
 #ifndef LULL_OUTBOX_H
