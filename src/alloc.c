@@ -256,6 +256,11 @@ static void *alloc_in_heap(lull_heap *h, size_t size, size_t alignment, bool *ze
      * frees others' small blocks and then allocates only large or huge ones
      * held its part-full messages until it collected or exited */
     if (h->outbox_pending) lull_outbox_flush(h);
+    /* and what others freed of this heap's blocks comes back first, as at
+     * a refill: the spans it empties go back to the arena, whose slices the
+     * new block may take; over the heap limit, a large or huge block was
+     * refused while the room it needed waited in the inbox */
+    lull_heap_collect_remote(h);
     void *p;
     bool sample = h->profile && lull_profile_large_due(h, size);
     if (size <= LULL_LARGE_MAX && alignment <= LULL_SEGMENT_SIZE / 4) {
