@@ -69,13 +69,20 @@ bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_aren
         size_t n = any_age ? lull_arena_claim_all_dirty(a, runs, LULL_STEP_RUNS, LULL_STEP_BYTES)
                            : lull_arena_claim_dirty(a, freed_before, runs, LULL_STEP_RUNS,
                                                     LULL_STEP_BYTES);
+        size_t claimed = 0;
+        for (size_t i = 0; i < n; i++)
+            claimed += (size_t)runs[i].count << LULL_SLICE_SHIFT;
         size_t bytes = n ? purge_runs(b, st, runs, n, advice) : 0;
         lull_steps_unlock();
         if (n == 0) break;
         work = true;
         STAT_ADD(st, purge_runs, n);
         STAT_ADD(st, purged_bytes, bytes);
-        if (n < LULL_STEP_RUNS && bytes < LULL_STEP_BYTES) break;
+        /* short by what was claimed, not by what was purged: a batch cut
+         * at the byte bound with one run refused (a locked page) is not
+         * the last, and ending there left every dirty slice past it
+         * (tests/test_step_refused_run.c) */
+        if (n < LULL_STEP_RUNS && claimed < LULL_STEP_BYTES) break;
         /* every purge of the batch refused (mlockall: EINVAL for all):
          * the runs are dirty again, and the next claim would take the
          * same batch, for ever (tests/test_purge_refused.c) */
