@@ -90,8 +90,9 @@ void lull_reclaim_start_point_slow(void);
 /* Start a deferred thread now (the calling thread holds no lull lock and
  * is in no heap update). */
 void lull_reclaim_start_now(void);
-/* Set by a thread whose lull heap is gone (src/heap.c, at its exit): it
- * never creates the reclaim thread. Its late allocations run under the late
+/* Set by a thread whose lull heap is gone (src/heap.c, at its exit), or
+ * that had none and is past its TSD destructors: it never creates the
+ * reclaim thread. Its late allocations run under the late
  * heap's lock, which pthread_create's own malloc would take again. */
 extern __thread bool lull_reclaim_no_start __attribute__((tls_model("initial-exec")));
 

@@ -79,7 +79,15 @@ static bool past_thread_destructors(void) {
 }
 
 bool lull_heap_thread_done(void) {
-    return tl_heap_done || past_thread_destructors();
+    if (tl_heap_done) return true;
+    if (!past_thread_destructors()) return false;
+    /* as heap_thread_exit's: such a thread allocates from the late heap
+     * holding late_lock, and a reclaim thread it started there (a start
+     * point under the lock, or the heap limit's relief) had
+     * pthread_attr_setaffinity_np's calloc take late_lock again: the
+     * thread hung (tests/test_late_heap_start.c) */
+    lull_reclaim_no_start = true;
+    return true;
 }
 
 void lull_heaps_init(void) {
