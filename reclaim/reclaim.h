@@ -60,19 +60,21 @@ extern void (*lull_reclaim_collect_hook)(void);
  * handler in a fork child: a process that execs or exits soon stays
  * single-threaded (a child can unshare a user namespace, and a fork+exec
  * or a short program pays for no thread, no ring and no monitor). It
- * starts on first need instead: a huge block freed into its cache,
- * lull_reclaim_now or the statistics start it at once; a span given back to
- * an arena or a heap abandoned at its thread's exit marks it wanted, and the
- * next start point starts it; a start point also starts it once the
+ * starts on first need instead: lull_reclaim_now or the statistics start
+ * it at once; a span given back to an arena, a huge block freed or a heap
+ * abandoned at its thread's exit marks it wanted, and the next start point
+ * starts it; a start point also starts it once the
  * process has run LULL_RECLAIM_START_AFTER_MS without needing it (its
  * counter page is due a second later). The start points are where the
  * calling thread is in no half-done heap update: a span about to be taken
  * from an arena, malloc's slow path, lull_thread_collect(), an allocation
  * over the heap limit (it asks for a purge, base/resident.h). Never a
- * small or large free (session 22): glibc frees the TLS vectors of cached
+ * free of any size (session 22): glibc frees the TLS vectors of cached
  * thread stacks holding its stack cache's lock, which pthread_create
  * takes, and a join that freed one into an abandoned heap hung there,
- * every signal blocked (tests/test_reclaim_start.c); nor where a free
+ * every signal blocked (tests/test_reclaim_start.c), and a huge free
+ * there (a dlopen'ed library's thread-local array) hung the same way
+ * (tests/test_reclaim_start_tls.c); nor where a free
  * gives a span back: pthread_create allocates (glibc's TLS vector), and
  * that malloc would run on a heap half way through an update (heap.c
  * walks its queues around span releases). A free wants the thread; the

@@ -460,14 +460,20 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
 /* free() of a huge block, on any thread: into the cache when the reclaim
  * thread runs (it purges and unmaps from there), else onto its queue. */
 void lull_reclaim_huge_push(lull_huge *h) {
-    /* free() is done with its own state when it gets here: a deferred
-     * thread starts (something to purge has come) */
-    lull_reclaim_start_now();
+    /* a deferred thread is wanted, not created, as by any free (reclaim.h):
+     * glibc frees the dynamic TLS blocks of cached thread stacks holding
+     * its stack cache's lock, which pthread_create takes, and a join that
+     * freed a huge one (a dlopen'ed library's thread-local array) hung
+     * there (tests/test_reclaim_start_tls.c) */
+    lull_reclaim_want();
     if (atomic_load_explicit(&R.running, memory_order_relaxed)) {
         if (!lull_huge_cache_put(h, lull_now_ms())) lull_huge_queue_push(h);
         return;
     }
-    if (__atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED)) {
+    /* a deferred thread, soon started, takes it from the queue */
+    if (__atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED) &&
+        atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
+            LULL_RECLAIM_NOT_DEFERRED) {
         STAT_ADD(inline_purges, 1);
         lull_huge_unmap(h, true);
         return;

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "lull/counters.h"
+#include "reclaim/reclaim.h"
 #include "support/hang_report.h"
 #include "support/mem_check.h"
 
@@ -394,7 +395,8 @@ Test(fork, a_child_starts_its_reclaim_thread_once_it_frees_spans) {
                  r);
 }
 
-/* A huge block goes to the reclaim thread's cache: the thread starts there. */
+/* A huge block freed wants the thread, as any free does (a free never
+ * creates it, reclaim.h); the next allocation starts it. */
 static int child_frees_huge(void) {
     if (thread_count() != 1) return 10;
     char *h = lull_malloc(40 * MiB);
@@ -402,7 +404,11 @@ static int child_frees_huge(void) {
     memset(h, 1, MiB);
     if (thread_count() != 1) return 12;
     lull_free(h);
+    if (atomic_load(&lull_reclaim_deferred) != LULL_RECLAIM_WANTED) return 15;
+    char *again = lull_malloc(40 * MiB);
+    if (!again) return 11;
     if (thread_count() < 2) return 13;
+    lull_free(again);
     if (!lull_reclaim_now()) return 14;
     return 0;
 }
@@ -412,7 +418,7 @@ Test(fork, a_child_starts_its_reclaim_thread_once_it_frees_a_huge_block) {
     int r = in_child(child_frees_huge);
     cr_assert_eq(r, 0,
                  "child step %d failed (10: more than one thread after fork, 11: malloc failed, "
-                 "12: a malloc started a thread, 13: no reclaim thread after the free, 14: "
-                 "lull_reclaim_now() false)",
+                 "12: a malloc started a thread, 13: no reclaim thread after the free and a "
+                 "malloc, 14: lull_reclaim_now() false, 15: the free did not want the thread)",
                  r);
 }
