@@ -437,7 +437,10 @@ void lull_config_load(void) {
 }
 
 size_t lull_config_format(char *buf, size_t len) {
-    char delay[24];
+    /* Every key at its longest takes about 360 bytes; the counter page has
+     * 256 (the defaults take 253), so the text is made whole here and cut
+     * below. */
+    char full[512], delay[24];
     /* the run-time keys may change on another thread meanwhile */
     long d = __atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED);
     if (d == LULL_PURGE_DELAY_AUTO)
@@ -445,7 +448,7 @@ size_t lull_config_format(char *buf, size_t len) {
     else
         snprintf(delay, sizeof delay, "%ld", d);
     int n = snprintf(
-        buf, len,
+        full, sizeof full,
         "purge_delay_ms=%s,purge_mode=%s,backend=%s,refault_monitor=%s,numa=%s,"
         "counter_page=%s,verbose=%d,strict_checks=%d,warm_reserve_mb=%zu,"
         "inline_purge=%d,reclaim_cpu=%s,reclaim_sched=%s,huge_cache_mb=%zu,"
@@ -464,5 +467,24 @@ size_t lull_config_format(char *buf, size_t len) {
         __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED) >> 20,
         __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED),
         __atomic_load_n(&lull_config.heap_limit_bytes, __ATOMIC_RELAXED) >> 20);
-    return n < 0 ? 0 : (size_t)n;
+    size_t m = n < 0 ? 0 : (size_t)n < sizeof full ? (size_t)n : sizeof full - 1;
+    if (len == 0) return m;
+    if (m < len) {
+        memcpy(buf, full, m);
+        buf[m] = 0;
+        return m;
+    }
+    /* Too long for buf: end at the last whole key=value that leaves room
+     * for ",...". A value cut short reads as another value
+     * ("heap_limit_mb=102" for 1024), and a key left out as its default. */
+    size_t cut = len >= 5 ? len - 5 : 0;
+    while (cut > 0 && full[cut] != ',')
+        cut--;
+    memcpy(buf, full, cut);
+    if (cut > 0) {
+        memcpy(buf + cut, ",...", 4);
+        cut += 4;
+    }
+    buf[cut] = 0;
+    return m;
 }

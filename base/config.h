@@ -72,7 +72,9 @@ bool lull_config_set(const char *key, const char *value);
 /* Start-up keys (backend, reclaim_cpu, numa, counter_page, ...) are
  * refused from now on, with a message. */
 void lull_config_mark_started(void);
-/* Write the configuration in force as "key=value,..." into buf. */
+/* Write the configuration in force as "key=value,..." into buf. A text
+ * longer than buf ends at a whole key=value and ",..."; returns the length
+ * of the whole text. */
 size_t lull_config_format(char *buf, size_t len);
 
 #endif
