@@ -107,6 +107,31 @@ static int proc_start_time(uint64_t pid, uint64_t *out) {
     return 0;
 }
 
+/* Does /proc/PID run as uid (its real, effective, saved or file system
+ * uid)? 1 yes, 0 no, -1 cannot tell. */
+static int proc_has_uid(uint64_t pid, uid_t uid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%" PRIu64 "/status", pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    int r = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "Uid:", 4) != 0) continue;
+        char *p = line + 4, *end;
+        for (int i = 0; i < 4; i++) {
+            errno = 0;
+            unsigned long long v = strtoull(p, &end, 10);
+            if (end == p || errno) break;
+            if (r < 0) r = 0;
+            if (v == (unsigned long long)uid) r = 1;
+            p = end;
+        }
+        break;
+    }
+    fclose(f);
+    return r;
+}
+
 /* Is the writer of a page with this (pid, start_time) still running, as
  * /proc shows pids? */
 static bool writer_alive(uint64_t pid, uint64_t start_time) {
@@ -312,6 +337,7 @@ struct page {
     uint64_t ns;              /* the PID namespace the name gives (NAME_PIDNS) */
     uint64_t pid, start_time; /* the header's, read when the page was opened */
     uint64_t view_pid;        /* the writer's pid as /proc shows it; 0 unknown */
+    uid_t uid;                /* the file's owner */
 };
 
 /* A page is a file anyone with write access can truncate while it is
@@ -418,6 +444,7 @@ static int page_open(struct page *pg, const char *name) {
         err("%s is not a lull counter page (%s)", pg->shown, file_kind(st.st_mode));
         return EX_VERSION;
     }
+    pg->uid = st.st_uid;
     size_t fsize = (size_t)st.st_size;
     if (fsize < offsetof(struct lull_counters, seq) + 8) {
         close(fd);
@@ -1810,6 +1837,21 @@ int main(int argc, char **argv) {
         }
         if (rc != EX_OK) return rc;
         pg.view_pid = pid;
+        /* The name is predictable, and anyone may create it first: a file
+         * of another user there is not the process's page, whatever its
+         * header says (the process then has none: lull leaves such a file
+         * alone). Its figures would be shown as the process's, and with
+         * --heap-profile that user's file taken as its profile. A page of
+         * root's is kept: nobody else can make one, and a server that
+         * started as root and then changed its user has one. */
+        if (pg.uid != 0 && proc_has_uid(pid, pg.uid) == 0) {
+            err("%s belongs to uid %u, not to the user of process %" PRIu64
+                ": it is not the process's counter page (another user created that name); the "
+                "process has none",
+                pg.shown, (unsigned)pg.uid, pid);
+            page_unmap(&pg);
+            return EX_NOPAGE;
+        }
         uint64_t ppid = pg.pid, pstart = pg.start_time;
         /* A locked page is its live writer's: at this name, the process
          * /proc/PID. An unlocked one (an older lull's) is judged by the
