@@ -117,7 +117,10 @@ static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lu
             uint32_t t = atomic_load_explicit(&parked->parked_ms[slice], memory_order_relaxed);
             if (!any_age && (int32_t)(parked_before_ms - t) < 0) continue; /* parked too recently */
             /* a page of a huge region waits (numa/thp.h) */
-            if (!any_age && lull_thp_on() && !lull_thp_pages_purgeable(s, slice)) continue;
+            if (!any_age && lull_thp_on() &&
+                !lull_thp_pages_purgeable(
+                    s, slice, (unsigned)__builtin_popcount(word & ~(word >> 1) & LOW_BITS)))
+                continue;
             size_t got = claim_slice(s, slice, out + n, max - n);
             if (got && lull_thp_on()) lull_thp_note_page_purge(s, slice);
             n += got;

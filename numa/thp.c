@@ -91,11 +91,13 @@ void lull_thp_note_purge(lull_segment *s, unsigned w, uint64_t purged, uint64_t 
     }
 }
 
-bool lull_thp_pages_purgeable(lull_segment *s, unsigned slice) {
+bool lull_thp_pages_purgeable(lull_segment *s, unsigned slice, unsigned pages) {
     unsigned r = slice / LULL_THP_REGION_SLICES;
     if (!(huge_bits(s) >> r & 1) || !atomic_load_explicit(&keep_huge, memory_order_relaxed))
         return true;
-    atomic_fetch_add_explicit(&held_this_tick, LULL_PAGE_SIZE, memory_order_relaxed);
+    /* every page that waits: the bound is judged by these bytes */
+    atomic_fetch_add_explicit(&held_this_tick, (uint64_t)pages * LULL_PAGE_SIZE,
+                              memory_order_relaxed);
     return false;
 }
 

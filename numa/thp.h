@@ -71,8 +71,9 @@ uint64_t lull_thp_purgeable(lull_segment *s, unsigned w, uint64_t want, uint64_t
 /* The slices `purged` of word w were claimed for a purge: huge regions
  * among them are huge no more (split, unless wholly free). */
 void lull_thp_note_purge(lull_segment *s, unsigned w, uint64_t purged, uint64_t free_bits);
-/* Parked pages of `slice` may be purged (not in a kept huge region). */
-bool lull_thp_pages_purgeable(lull_segment *s, unsigned slice);
+/* The `pages` parked pages of `slice` may be purged (not in a kept huge
+ * region); if not, they are counted as held. */
+bool lull_thp_pages_purgeable(lull_segment *s, unsigned slice, unsigned pages);
 /* A parked page of `slice` was claimed for a purge. */
 void lull_thp_note_page_purge(lull_segment *s, unsigned slice);
 
