@@ -134,8 +134,14 @@ void *lull_os_segment_map(void) {
         errno = ENOMEM;
         return NULL;
     }
+    /* boundaries found taken on the way (EEXIST) are no failure of the
+     * caller's malloc(): a segment made leaves errno as it was */
+    int saved = errno;
     void *seg = map_at_next_boundary(&segments_place, LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16);
-    if (seg) return seg;
+    if (seg) {
+        errno = saved;
+        return seg;
+    }
     /* The hinted region is taken or refused (valgrind keeps its own map of
      * the address space): let the kernel choose, twice the size, and use
      * the aligned segment inside. The rest is never touched and never
@@ -148,6 +154,7 @@ void *lull_os_segment_map(void) {
     uintptr_t aligned = align_up((uintptr_t)p, LULL_SEGMENT_SIZE);
     atomic_fetch_add(&lull_os_slack_bytes, LULL_SEGMENT_SIZE);
     atomic_store(&segments_place.next, aligned + LULL_SEGMENT_SIZE);
+    errno = saved;
     return (void *)aligned;
 }
 

@@ -162,6 +162,9 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
         errno = ENOMEM;
         return NULL;
     }
+    /* a mapping refused on the way (a boundary taken: EEXIST) and made
+     * elsewhere is a success: the caller's errno stays as it was */
+    int saved = errno;
     bool over, unmapped;
     void *p = huge_alloc(size, alignment, zeroed, node, &over, &unmapped);
     /* over the heap limit, or refused by the kernel while freed mappings
@@ -175,7 +178,7 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     if (!p && (over || (unmapped && huge_mappings_held())) && lull_resident_relieve())
         p = huge_alloc(size, alignment, zeroed, node, &over, &unmapped);
     if (!p && over) lull_resident_refuse();
-    if (!p) errno = ENOMEM;
+    errno = p ? saved : ENOMEM;
     return p;
 }
 
@@ -238,12 +241,15 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
          * one VMA */
         size_t extra = (need - have + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
         char *end = (char *)h->map_base + h->map_len;
+        int saved = errno;
         void *p =
             lull_fault(LULL_FAULT_MMAP)
                 ? MAP_FAILED
                 : mmap(end, extra, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
         if (p != end) { /* EEXIST: something lives there; the caller copies */
+            /* and its realloc() succeeds: errno as the caller had it */
+            errno = saved;
             lull_resident_sub(grow);
             return false;
         }
