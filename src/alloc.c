@@ -171,6 +171,10 @@ static void *large_span_init(lull_span *s, size_t size, size_t alignment, size_t
     s->block_offset = (uint32_t)(block - (uintptr_t)start);
     s->block_size = (uint32_t)(slices << LULL_SLICE_SHIFT);
     s->capacity = 1;
+    /* class 0, which no size has: the sized free's fast path (alloc.h)
+     * compares the class of its size with this, and a class left by a
+     * small span on these slices let a wrong size through unchecked */
+    s->size_class = 0;
     s->park_at = 0;
     s->parked_pages = 0;
     s->parking = 0;

@@ -37,17 +37,34 @@ void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t si
     size_t usable = lull_usable_size(p);
     if (size > usable)
         lull_fatal("%s: size %zu is larger than block %p (%zu usable bytes)", who, size, p, usable);
+    /* a shrinking realloc keeps the block when the new size is at least
+     * half of it (lull_realloc): free_sized() then gets that size, which
+     * on its own may ask for a smaller class or kind */
+    if (size >= usable / 2) return;
     lull_segment *seg = lull_segment_of(p);
-    if (lull_aligned_huge_of(p) || seg->magic != LULL_SEGMENT_MAGIC) return;
+    if (lull_aligned_huge_of(p) || seg->magic != LULL_SEGMENT_MAGIC) {
+        /* a request gets a huge block only past the largest large one or
+         * at an alignment over a quarter segment (alloc_in_heap) */
+        if (size <= LULL_LARGE_MAX && alignment <= LULL_SEGMENT_SIZE / 4)
+            lull_fatal("%s: size %zu does not match huge block %p of %zu bytes", who, size, p,
+                       usable);
+        return;
+    }
     lull_span *span = lull_span_of(seg, p);
-    if (span->kind != LULL_SPAN_SMALL) return;
+    if (span->kind != LULL_SPAN_SMALL) {
+        /* a large one only past the largest class or at an alignment over
+         * a slice; but the heap profile puts a sampled small block in a
+         * large span of its own (span->sampled) */
+        if (size <= LULL_SMALL_MAX && alignment <= LULL_SLICE_SIZE && !span->sampled)
+            lull_fatal("%s: size %zu does not match large block %p of %zu bytes", who, size, p,
+                       usable);
+        return;
+    }
     size_t asked = size < alignment ? alignment : size;
     unsigned c = lull_class_of(asked);
     while (c < lull_class_count && lull_classes[c].block_size % alignment)
         c++;
-    /* a shrinking realloc keeps the block when the new size is at least
-     * half of it (lull_realloc): free_sized() then gets that size */
-    if (c != span->size_class && size < usable / 2)
+    if (c != span->size_class)
         lull_fatal("%s: size %zu does not match block %p of %u bytes", who, size, p,
                    span->block_size);
 }
