@@ -34,6 +34,13 @@ void lull_fatal_deferred_double_free(const void *p) {
 void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t size) {
     /* before the size is asked for, whose abort names malloc_usable_size() */
     if (!lull_owns(p)) lull_fatal("%s: invalid pointer %p (not allocated by lull)", who, p);
+    /* and so is a freed large block's span, which has no kind left */
+    lull_segment *seg = lull_segment_of(p);
+    if (!lull_aligned_huge_of(p) && seg->magic == LULL_SEGMENT_MAGIC) {
+        uint8_t kind = __atomic_load_n(&lull_span_of(seg, p)->kind, __ATOMIC_ACQUIRE);
+        if (kind != LULL_SPAN_SMALL && kind != LULL_SPAN_LARGE)
+            lull_fatal("%s: invalid pointer or double free of %p (no block there)", who, p);
+    }
     size_t usable = lull_usable_size(p);
     if (size > usable)
         lull_fatal("%s: size %zu is larger than block %p (%zu usable bytes)", who, size, p, usable);
@@ -41,7 +48,6 @@ void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t si
      * half of it (lull_realloc): free_sized() then gets that size, which
      * on its own may ask for a smaller class or kind */
     if (size >= usable / 2) return;
-    lull_segment *seg = lull_segment_of(p);
     if (lull_aligned_huge_of(p) || seg->magic != LULL_SEGMENT_MAGIC) {
         /* a request gets a huge block only past the largest large one or
          * at an alignment over a quarter segment (alloc_in_heap) */
