@@ -5,6 +5,7 @@
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
+#include "tests/support/sparse_spans.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -22,36 +23,12 @@ static void in_thread(void *(*fn)(void *), void *arg) {
     cr_assert_eq(pthread_join(t, NULL), 0);
 }
 
-/* Three spans a (sparse), b (dense), c (current) of SIZE's class, as in
- * tests/test_defrag.c; returns a live block of a whose move helps. */
-static void **blocks;
-static unsigned cap;
-
-static void *sparse_block(void) {
-    unsigned cls = lull_class_of(SIZE);
-    cap = lull_classes[cls].capacity;
-    blocks = mmap(NULL, 3 * cap * sizeof(void *), PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    for (unsigned i = 0; i < 3 * cap; i++)
-        blocks[i] = lull_malloc(SIZE);
-    static const unsigned keep[3] = {10, 90, 50};
-    for (unsigned s = 3; s-- > 0;)
-        for (unsigned k = 0; k < cap; k++)
-            if ((k * 37 % 100) >= keep[s]) {
-                lull_free(blocks[s * cap + k]);
-                blocks[s * cap + k] = NULL;
-            }
-    for (unsigned k = 0; k < cap; k++)
-        if (blocks[k]) return blocks[k];
-    return NULL;
-}
-
 /* free(p) keeps p in the heap's deferred slot until the next free: a
  * defrag move of p right after must see that p is free (the query does:
  * it completes the deferred free first), not move it. */
 static void *move_after_free(void *arg) {
     (void)arg;
-    void *p = sparse_block();
+    void *p = sparse_block(SIZE);
     cr_assert_not_null(p);
     lull_defrag_info info;
     const void *pp = p;

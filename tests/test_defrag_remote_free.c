@@ -10,6 +10,7 @@
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
+#include "tests/support/sparse_spans.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -18,28 +19,6 @@
 #include <sys/mman.h>
 
 #define SIZE ((size_t)1664)
-
-/* Three spans a (sparse), b (dense), c (current) of SIZE's class, as in
- * tests/test_defrag.c; returns a live block of a whose move helps. */
-static void *sparse_block(void) {
-    unsigned cls = lull_class_of(SIZE);
-    unsigned cap = lull_classes[cls].capacity;
-    void **blocks = mmap(NULL, 3 * cap * sizeof(void *), PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(blocks, MAP_FAILED);
-    for (unsigned i = 0; i < 3 * cap; i++)
-        blocks[i] = lull_malloc(SIZE);
-    static const unsigned keep[3] = {10, 90, 50};
-    for (unsigned s = 3; s-- > 0;)
-        for (unsigned k = 0; k < cap; k++)
-            if ((k * 37 % 100) >= keep[s]) {
-                lull_free(blocks[s * cap + k]);
-                blocks[s * cap + k] = NULL;
-            }
-    for (unsigned k = 0; k < cap; k++)
-        if (blocks[k]) return blocks[k];
-    return NULL;
-}
 
 static pthread_key_t late_key;
 static void *late_block;
@@ -60,7 +39,7 @@ static void *late_thread(void *arg) {
 
 static void *query_after_remote_free(void *arg) {
     (void)arg;
-    void *p = sparse_block();
+    void *p = sparse_block(SIZE);
     cr_assert_not_null(p);
     const void *pp = p;
     lull_defrag_info info;

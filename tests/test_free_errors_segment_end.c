@@ -11,6 +11,7 @@
 #include "src/span.h"
 
 #include "tests/support/fork_capture.h"
+#include "tests/support/page_mapped.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -20,14 +21,6 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static bool mapped(const void *at) {
-    void *q =
-        mmap((void *)at, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    if (q == MAP_FAILED) return true; /* EEXIST */
-    munmap(q, 4096);
-    return q != at;
-}
 
 static void *g_last, *g_other1, *g_other2;
 
@@ -39,7 +32,8 @@ static void allocate_to_a_segments_end(void) {
     for (unsigned long n = 0; n < 20000000UL; n++) {
         void *p = lull_malloc(8);
         cr_assert_not_null(p);
-        if (((uintptr_t)p & LULL_SEGMENT_MASK) == LULL_SEGMENT_SIZE - 8 && !mapped((char *)p + 8)) {
+        if (((uintptr_t)p & LULL_SEGMENT_MASK) == LULL_SEGMENT_SIZE - 8 &&
+            !page_mapped((char *)p + 8)) {
             g_last = p;
             return;
         }
@@ -61,7 +55,7 @@ static void run_at_segment_end(void (*child)(void *), child_result *r) {
  * checked (it looks free: last on its span's list) at the free of y */
 static void owner_double_free(void *unused) {
     (void)unused;
-    if (mapped((char *)g_last + 8)) _exit(77);
+    if (page_mapped((char *)g_last + 8)) _exit(77);
     lull_free(g_last);
     lull_free(g_other1);
     lull_free(g_last);
@@ -101,7 +95,7 @@ static void remote_frees(void) {
 
 static void remote_double_free(void *unused) {
     (void)unused;
-    if (mapped((char *)g_last + 8)) _exit(77);
+    if (page_mapped((char *)g_last + 8)) _exit(77);
     on_another_thread(remote_frees);
 }
 
@@ -114,7 +108,7 @@ Test(segment_end, remote_double_free_of_the_last_8_byte_block_of_a_segment_abort
 /* realloc() of a freed 8-byte block (lull_check_live_block) */
 static void realloc_after_free(void *unused) {
     (void)unused;
-    if (mapped((char *)g_last + 8)) _exit(77);
+    if (page_mapped((char *)g_last + 8)) _exit(77);
     lull_free(g_last);
     lull_free(g_other1); /* g_last linked: looks free */
     lull_realloc(g_last, 16);
@@ -134,7 +128,7 @@ static void remote_free_once(void) {
 
 static void strict_remote_free(void *unused) {
     (void)unused;
-    if (mapped((char *)g_last + 8)) _exit(77);
+    if (page_mapped((char *)g_last + 8)) _exit(77);
     if (!lull_configure("strict_checks", "on")) _exit(6);
     on_another_thread(remote_free_once);
 }

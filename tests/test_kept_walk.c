@@ -14,6 +14,7 @@
 #include "base/types.h"
 
 #include "tests/support/fork_capture.h"
+#include "tests/support/page_mapped.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -22,14 +23,6 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static bool mapped(const void *at) {
-    void *q =
-        mmap((void *)at, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    if (q == MAP_FAILED) return true; /* EEXIST */
-    munmap(q, 4096);
-    return q != at;
-}
 
 static void *g_x, *g_z;
 static pthread_barrier_t phase;
@@ -52,7 +45,7 @@ static void *keep_both(void *unused) {
 static void garbage_link_then_double_free(void *unused) {
     (void)unused;
     uint8_t *end = (uint8_t *)lull_segment_of(g_x) + LULL_SEGMENT_SIZE;
-    if (mapped(end)) _exit(77);
+    if (page_mapped(end)) _exit(77);
     lull_block *x = g_x;
     lull_block_set_next(x, (lull_block *)(end - 4));
     lull_free(g_z);
