@@ -431,7 +431,9 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h) {
     /* a block another thread freed first is on the remote list: bring that
      * list in, so that the walk below sees it */
     lull_span_collect(span);
-    if (lull_span_free_list_has(span, b))
+    /* a block cut into the heap profile's window is free there too: linked
+     * again, the window and the span's list both handed it out */
+    if (lull_span_free_list_has(span, b) || lull_profile_window_has(h, span, b))
         lull_fatal("free(): double free of %p (block of %u bytes)", (void *)b, span->block_size);
     lull_block_set_next(b, span->free);
     span->free = b;
@@ -581,7 +583,9 @@ size_t lull_check_live_block(const char *who, void *p) {
 #ifndef LULL_NO_DOUBLE_FREE_CHECK
     /* (without the checks malloc leaves a popped block's stale link, which
      * looks free: every realloc would walk the lists) */
-    if (lull_block_looks_free(b) && lull_small_block_is_free(span, b))
+    if (lull_block_looks_free(b) &&
+        (lull_small_block_is_free(span, b) || (lull_span_owned_by(span, lull_tl_heap) &&
+                                               lull_profile_window_has(lull_tl_heap, span, b))))
         lull_fatal("%s: %p was freed (block of %u bytes)", who, p, span->block_size);
 #endif
     return span->block_size;

@@ -42,17 +42,6 @@ typedef struct {
     size_t size;     /* its usable size */
 } lull_defrag_block;
 
-/* Is b in the heap's profile window of its class (src/profile_window.c):
- * counted in use in its span, never handed out? */
-static bool in_window(const lull_heap *h, const lull_span *span, const lull_block *b) {
-    if (!h->profile) return false;
-    uint32_t limit = span->capacity;
-    for (const lull_block *f = h->profile->window[span->size_class].free; f && limit--;
-         f = lull_block_next(f))
-        if (f == b) return true;
-    return false;
-}
-
 /* What p is, without aborting: the checks of free() (segment map, span
  * kind, owner, block start), then, for a block of the caller's own heap,
  * whether it is free (on its span's list or on a parked page). Reads of
@@ -98,7 +87,7 @@ __attribute__((no_sanitize("thread"))) static bool classify(const void *p, lull_
          * block another thread freed is as free as one on the local list,
          * and a move of it would die as a double free) and the window */
         if (lull_block_looks_free(b) &&
-            (lull_small_block_is_free(span, b) || in_window(owner, span, b)))
+            (lull_small_block_is_free(span, b) || lull_profile_window_has(owner, span, b)))
             return false;
     }
     if (lull_block_in_message(p)) return false; /* freed by another thread, in flight */

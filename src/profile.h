@@ -78,6 +78,10 @@ bool lull_profile_keep_span(lull_heap *h, lull_span *span);
  * arena (a collection before the heap's spans are released: thread exit,
  * lull_thread_collect). */
 void lull_profile_heap_flush(lull_heap *h);
+/* Is b in the heap's profile window of its class: free, counted in use in
+ * its span, never handed out? The owner's double-free check and defrag
+ * ask. */
+bool lull_profile_window_has(const lull_heap *h, const lull_span *span, const lull_block *b);
 
 /* The profile's own side (src/profile.c). */
 void lull_profile_register(void);

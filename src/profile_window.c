@@ -235,3 +235,12 @@ void lull_profile_heap_flush(lull_heap *h) {
         p->window_cut[c] = 0;
     }
 }
+
+bool lull_profile_window_has(const lull_heap *h, const lull_span *span, const lull_block *b) {
+    if (!h->profile) return false;
+    uint32_t limit = span->capacity;
+    for (const lull_block *f = h->profile->window[span->size_class].free; f && limit--;
+         f = lull_block_next(f))
+        if (f == b) return true;
+    return false;
+}
