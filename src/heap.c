@@ -171,6 +171,10 @@ lull_heap *lull_heap_get_or_create(void) {
     h->owner_tid = gettid();
     h->node = node;
     h->arena = &lull_arenas[node < lull_arena_count ? node : 0];
+    /* a pin is its thread's (lull_thread_set_node pins again after this):
+     * an adopted heap kept its former owner's, and its new thread took
+     * every span from that node wherever it ran (test_set_node_adopt) */
+    h->node_pinned = false;
     if (lull_profile_interval_now() && !h->profile) lull_profile_heap_attach(h);
     lull_tl_heap = h;
     /* after lull_tl_heap is set: if pthread_setspecific allocates, that
