@@ -43,7 +43,10 @@ LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) LULL_MALLOC_
 LULL_EXPORT int lull_posix_memalign(void **out, size_t alignment, size_t size);
 LULL_EXPORT size_t lull_usable_size(const void *p);
 /* Does lull own this pointer (a live or free block of one of its segments
- * or huge mappings)? */
+ * or huge mappings)? Asked for a block's start: a pointer inside a huge
+ * block past its first 32 MiB segment, or inside a huge block aligned past
+ * 32 MiB, reads false (only the segment of a huge block's header is
+ * recorded). */
 LULL_EXPORT bool lull_owns(const void *p);
 
 LULL_EXPORT const char *lull_version(void);
