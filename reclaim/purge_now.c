@@ -30,4 +30,6 @@ void lull_purge_now_on_caller(lull_reclaim_stats *st) {
     purge_backend b;
     memset(&b, 0, sizeof b);
     lull_purge_now(&b, st);
+    /* the counter page's purge_errors: this backend is gone after the call */
+    __atomic_fetch_add(&st->caller_purge_errors, b.errors, __ATOMIC_RELAXED);
 }

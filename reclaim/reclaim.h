@@ -38,6 +38,10 @@ typedef struct lull_reclaim_stats {
                                  * lull_purge_all with no reclaim thread) */
     uint64_t forced_ticks;      /* ticks that purged everything (purge_now.h) */
     uint64_t limit_waits;       /* allocations over the heap limit that waited for one */
+    /* ranges the kernel refused in purges made on a caller's own backend
+     * (lull_purge_now_on_caller); the reclaim thread's backend counts its
+     * own (purge_backend.errors), the runs refused are purge_failures */
+    uint64_t caller_purge_errors;
     bool running;
     bool start_failed;
     int backend; /* lull_backend_kind in use */

@@ -221,7 +221,9 @@ void lull_stats_collect(struct lull_counters *out) {
         out->purge_syscalls[k] = purge_backend_counter(&b->per_kind[k].calls);
         out->purged_pages += out->purge_bytes[k] / LULL_PAGE_SIZE;
     }
-    out->purge_errors = (b ? purge_backend_counter(&b->errors) : 0) + r.purge_failures;
+    /* each refused range once: the backend that made the purge counts it
+     * (r.purge_failures counts the same refusals again, by run) */
+    out->purge_errors = (b ? purge_backend_counter(&b->errors) : 0) + r.caller_purge_errors;
     out->backend_fallbacks = b ? purge_backend_counter(&b->fallbacks) : 0;
     /* the refault monitor is the reclaim thread's to set up: read its state
      * once the thread has started it (or when no thread will) */
