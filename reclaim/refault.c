@@ -42,15 +42,46 @@ void lull_refault_start(void) {
                  M.reason);
 }
 
+/* Write-protect the purged free slices of a segment just registered. Only a
+ * fork child has any: its copies of the parent's segments come without the
+ * parent's registration and markers (no UFFD_FEATURE_EVENT_FORK), and an
+ * unprotected page reads as written, so each such slice taken again would
+ * count all its pages as refaulted, written or not. A slice a request thread
+ * takes meanwhile loses only the writes made before the arm from the count. */
+static void arm_purged(lull_segment *s) {
+    lull_slice_maps *maps = lull_slice_maps_of(s);
+    lull_slice_history *history = lull_slice_history_of(s);
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+        uint64_t clean = atomic_load_explicit(&maps->clean[w], memory_order_relaxed), purged = 0;
+        for (uint64_t bits = clean; bits; bits &= bits - 1) {
+            unsigned b = (unsigned)__builtin_ctzll(bits);
+            if (atomic_load_explicit(&history->purged_ms[w * 64 + b], memory_order_relaxed))
+                purged |= (uint64_t)1 << b;
+        }
+        while (purged) {
+            unsigned b = (unsigned)__builtin_ctzll(purged);
+            uint64_t rest = ~(purged >> b);
+            unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
+            refault_arm(&M, lull_slice_address(s, w * 64 + b), (size_t)len << LULL_SLICE_SHIFT);
+            purged &= ~lull_bits_mask(b, len);
+        }
+    }
+}
+
+/* Whole segments, once: registering part of one splits its VMA. */
+static bool register_segment(lull_segment *s) {
+    if (refault_register(&M, s, LULL_SEGMENT_SIZE) != 0) return false;
+    atomic_store_explicit(&refault_of(s)->registered, 1, memory_order_relaxed);
+    arm_purged(s);
+    return true;
+}
+
 static void register_segments(void) {
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
              s; s = s->next)
-            if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed)) {
-                /* whole segments, once: registering part of one splits its VMA */
-                if (refault_register(&M, s, LULL_SEGMENT_SIZE) == 0)
-                    atomic_store_explicit(&refault_of(s)->registered, 1, memory_order_relaxed);
-            }
+            if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed))
+                register_segment(s);
 }
 
 void lull_refault_after_purge(void *addr, size_t len) {
@@ -59,9 +90,8 @@ void lull_refault_after_purge(void *addr, size_t len) {
     /* a segment mapped since the last tick is purged before the tick
      * registers it: register it now, or its purged range stays unarmed and
      * every page of it reads as written when it is reused */
-    if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed) &&
-        refault_register(&M, s, LULL_SEGMENT_SIZE) == 0)
-        atomic_store_explicit(&refault_of(s)->registered, 1, memory_order_relaxed);
+    if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed))
+        register_segment(s);
     /* MADV_DONTNEED dropped the markers: protect again before the slices
      * can be handed out, so their next writes are seen */
     if (atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed))
@@ -135,7 +165,8 @@ LULL_FORK_EXEC_TEXT void lull_refault_after_fork_child(void) {
     if (!opened) return;
     refault_monitor_close(&M);
     opened = false;
-    /* the child's memory is unregistered: register it again lazily */
+    /* the child's memory is unregistered and unarmed: the child's monitor
+     * registers it again lazily, arming the purged slices (arm_purged) */
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load(&lull_arenas[i].segments); s; s = s->next)
             if (atomic_load(&refault_of(s)->registered)) /* no copy of a page for a 0 */
