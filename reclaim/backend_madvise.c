@@ -10,8 +10,7 @@ int purge_madvise_one(purge_backend *b, const purge_range *r, int advice) {
     for (int tries = 0;; tries++) {
         purge_count(&c->calls, 1);
         if (madvise(r->addr, r->len, advice) == 0) {
-            purge_count(&c->ranges, 1);
-            purge_count(&c->bytes, r->len);
+            purge_count_done(b, LULL_BACKEND_MADVISE, 1, r->len);
             return 0;
         }
         int e = errno;

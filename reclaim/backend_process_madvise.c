@@ -56,7 +56,6 @@ LULL_FORK_EXEC_TEXT void purge_pm_close(purge_backend *b, bool fd_ok) { /* a for
 }
 
 size_t purge_pm_run(purge_backend *b, const purge_range *r, size_t n, int advice, int *res) {
-    purge_kind_counters *c = &b->per_kind[LULL_BACKEND_PROCESS_MADVISE];
     size_t ok = 0, i = 0;
     while (i < n) {
         if (!b->pm_ok) { /* given up earlier in this call */
@@ -80,8 +79,7 @@ size_t purge_pm_run(purge_backend *b, const purge_range *r, size_t n, int advice
             res[i + done] = 0;
             done++;
         }
-        purge_count(&c->ranges, done);
-        purge_count(&c->bytes, acc);
+        purge_count_done(b, LULL_BACKEND_PROCESS_MADVISE, done, acc);
         ok += done;
         i += done;
         if (done == k) continue;

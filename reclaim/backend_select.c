@@ -183,6 +183,7 @@ size_t purge_backend_run(purge_backend *b, const purge_range *r, size_t n, int a
     const uintptr_t page_mask = (getauxval(AT_PAGESZ) ? getauxval(AT_PAGESZ) : 4096) - 1;
     size_t ok = 0;
     purge_count(&b->runs, 1);
+    b->not_purging = advice != MADV_DONTNEED && advice != MADV_FREE;
     for (size_t base = 0; base < n; base += PURGE_RING_ENTRIES) {
         size_t m = n - base < PURGE_RING_ENTRIES ? n - base : PURGE_RING_ENTRIES;
         purge_range sub[PURGE_RING_ENTRIES];

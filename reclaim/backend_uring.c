@@ -18,7 +18,6 @@
 
 /* Copy the completions that are ready into res[]; returns how many. */
 static unsigned reap(purge_backend *b, const purge_range *r, size_t n, int *res) {
-    purge_kind_counters *c = &b->per_kind[LULL_BACKEND_URING];
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
     io_uring_for_each_cqe(&b->ring, head, cqe) {
@@ -27,10 +26,7 @@ static unsigned reap(purge_backend *b, const purge_range *r, size_t n, int *res)
         if (lull_fault(LULL_FAULT_URING_CQE)) v = -EOPNOTSUPP;
         if (i < n) {
             res[i] = v;
-            if (v == 0) {
-                purge_count(&c->ranges, 1);
-                purge_count(&c->bytes, r[i].len);
-            }
+            if (v == 0) purge_count_done(b, LULL_BACKEND_URING, 1, r[i].len);
         }
         seen++;
     }

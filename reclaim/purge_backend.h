@@ -75,6 +75,9 @@ typedef struct purge_backend {
     uint64_t errors;    /* ranges reported failed (results[i] < 0) */
     uint64_t fallbacks; /* times a mechanism was given up (at open or at run time) */
     uint64_t redone;    /* ranges redone on a lower mechanism after a failure */
+    /* The run in progress gives no memory back (the warm reserve prefaults
+     * with MADV_POPULATE_WRITE): its ranges are not counted as purged. */
+    bool not_purging;
 } purge_backend;
 
 /* Open on the calling thread, which must then be the only one to run and
@@ -89,7 +92,9 @@ lull_backend_kind purge_backend_open(purge_backend *b, lull_backend_kind want,
 /* Purge n ranges with advice (MADV_DONTNEED or MADV_FREE) and return once all
  * are done. Returns how many succeeded; results (nullable) gets 0 or the
  * negative errno of each range. A closed (or zeroed, never opened) backend
- * purges with madvise. */
+ * purges with madvise. Another advice (the warm reserve's
+ * MADV_POPULATE_WRITE) runs the same way, but no range of it counts in
+ * per_kind ranges and bytes, which are purges. */
 size_t purge_backend_run(purge_backend *b, const purge_range *r, size_t n, int advice,
                          int *results);
 
@@ -121,6 +126,16 @@ void purge_ranges_of_runs(const struct lull_slice_run *runs, size_t n, purge_ran
 /* Single-writer counter update that readers on other threads see whole. */
 static inline void purge_count(uint64_t *field, uint64_t v) {
     __atomic_store_n(field, *field + v, __ATOMIC_RELAXED);
+}
+
+/* Ranges a mechanism completed: counted as purged unless the run was not a
+ * purge (per_kind ranges and bytes are what the counter page reports as
+ * purged pages). */
+static inline void purge_count_done(purge_backend *b, lull_backend_kind k, uint64_t ranges,
+                                    uint64_t bytes) {
+    if (b->not_purging) return;
+    purge_count(&b->per_kind[k].ranges, ranges);
+    purge_count(&b->per_kind[k].bytes, bytes);
 }
 
 /* Each mechanism purges n <= PURGE_RING_ENTRIES valid ranges (page aligned,
