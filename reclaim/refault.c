@@ -68,10 +68,19 @@ static void arm_purged(lull_segment *s) {
     }
 }
 
-/* Whole segments, once: registering part of one splits its VMA. */
+/* Whole segments, once: registering part of one splits its VMA. Slices
+ * watched already (a fork child's, taken again in the parent and not
+ * scanned before the fork) were never armed here, and every page of them
+ * reads as written: nothing to learn from them, so they are not scanned. */
 static bool register_segment(lull_segment *s) {
     if (refault_register(&M, s, LULL_SEGMENT_SIZE) != 0) return false;
     atomic_store_explicit(&refault_of(s)->registered, 1, memory_order_relaxed);
+    lull_slice_history *history = lull_slice_history_of(s);
+    for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
+        uint64_t stale = atomic_load_explicit(&history->refault_watch[w], memory_order_relaxed);
+        if (stale) /* only those: a bit set meanwhile is a reuse from now on */
+            atomic_fetch_and_explicit(&history->refault_watch[w], ~stale, memory_order_relaxed);
+    }
     arm_purged(s);
     return true;
 }

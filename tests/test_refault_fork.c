@@ -9,6 +9,12 @@
  * the child's reclaim thread held after a tick (its segments registered),
  * no page of a purged free slice may read as written.
  *
+ * The same for slices the parent took again after a purge and had not
+ * scanned yet when it forked: their refault_watch bits come along, their
+ * pages come unarmed, and the child's first scan counted every page of them
+ * as written. Those refaults were the parent's: the child's scan of the
+ * inherited memory must count at most the pages the parent wrote, not all.
+ *
  * The scenario runs in a new process (the monitor is chosen at start, from
  * LULL_CONF): this program run again with LULL_TEST_REFAULT_FORK set. */
 #define _GNU_SOURCE
@@ -97,8 +103,89 @@ static void child_main(void) {
     _exit(0);
 }
 
+/* A tick hook of this test's that holds the reclaim thread (no scan) while
+ * asked to; its flags are this file's, so a fork child can clear them
+ * (tests/support/reclaim_hold's child would wait for a thread it has not). */
+extern void (*lull_reclaim_tick_hook)(void);
+static atomic_int hold_request, held;
+
+static void hold_hook(void) {
+    if (!atomic_load(&hold_request)) return;
+    atomic_store(&held, 1);
+    while (atomic_load(&hold_request))
+        usleep(1000);
+    atomic_store(&held, 0);
+}
+
+static uint64_t watched_slices(void) {
+    uint64_t n = 0;
+    for (int a = 0; a < lull_arena_count; a++)
+        for (lull_segment *sg = atomic_load(&lull_arenas[a].segments); sg; sg = sg->next)
+            for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
+                n += (uint64_t)__builtin_popcountll(
+                    atomic_load(&lull_slice_history_of(sg)->refault_watch[w]));
+    return n;
+}
+
+static void watched_scenario(void) {
+    dprintf(1, "mechanism=%llu\n", (unsigned long long)stats().refault_mechanism);
+    lull_configure("purge_mode", "dontneed");
+    lull_configure("warm_reserve_mb", "0");
+    lull_set_purge_delay_ms(0);
+    static void *b[NBLOCKS];
+    for (size_t i = 0; i < NBLOCKS; i++) {
+        b[i] = lull_malloc(BLOCK);
+        if (!b[i]) _exit(3);
+        memset(b[i], 0x5a, BLOCK);
+    }
+    for (size_t i = 0; i < NBLOCKS; i++)
+        lull_free(b[i]);
+    if (!purge_everything_freed()) _exit(4);
+    /* hold the thread: no scan between the reuse and the fork */
+    __atomic_store_n(&lull_reclaim_tick_hook, hold_hook, __ATOMIC_RELEASE);
+    atomic_store(&hold_request, 1);
+    for (int i = 0; i < 20000 && !atomic_load(&held); i++)
+        usleep(1000);
+    if (!atomic_load(&held)) _exit(5);
+    /* the purged slices taken again, one page of each written */
+    for (size_t i = 0; i < NBLOCKS; i++) {
+        b[i] = lull_malloc(BLOCK);
+        if (!b[i]) _exit(3);
+        *(volatile char *)b[i] = 1;
+    }
+    uint64_t watched = watched_slices();
+    dprintf(1, "parent_watched=%llu\n", (unsigned long long)watched);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) _exit(6);
+    if (pid == 0) {
+        atomic_store(&hold_request, 0); /* no thread of the child is held */
+        atomic_store(&held, 0);
+        uint64_t seen0 = stats().refault_pages;
+        if (!lull_reclaim_now()) _exit(20);
+        if (stats().refault_mechanism != LULL_COUNTERS_REFAULT_UFFD_WP) _exit(21);
+        settle_refault_scans();
+        dprintf(1, "child_refault_pages=%llu\n",
+                (unsigned long long)(stats().refault_pages - seen0));
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) _exit(7);
+    dprintf(1, "child_status=%d\n", status);
+    atomic_store(&hold_request, 0);
+    _exit(0);
+}
+
 __attribute__((constructor(200))) static void scenario_main(void) {
-    if (!getenv("LULL_TEST_REFAULT_FORK")) return;
+    const char *sc = getenv("LULL_TEST_REFAULT_FORK");
+    if (!sc) return;
+    if (strcmp(sc, "watched") == 0) {
+        if (!lull_reclaim_now()) {
+            dprintf(1, "error=no reclaim thread\n");
+            _exit(2);
+        }
+        watched_scenario();
+    }
     if (!lull_reclaim_now()) {
         dprintf(1, "error=no reclaim thread\n");
         _exit(2);
@@ -146,4 +233,23 @@ Test(refault_fork, a_fork_child_write_protects_the_purged_slices_again, .timeout
     cr_assert_eq(reexec_field(&cr, "child_unarmed"), 0,
                  "%llu pages of purged free slices are not write-protected in the child:\n%s",
                  (unsigned long long)reexec_field(&cr, "child_unarmed"), cr.out);
+}
+
+Test(refault_fork, a_fork_child_does_not_count_the_parents_refaults_as_all_written,
+     .timeout = 180) {
+    child_run cr;
+    const char *vars[] = {"LULL_TEST_REFAULT_FORK=watched", "LULL_CONF=refault_monitor=on", NULL};
+    reexec_run("test_refault_fork_scenario", vars, "refault_fork_watched", 180000, &cr);
+    reexec_assert_exited_0(&cr, "refault_fork_watched");
+    if (reexec_field(&cr, "mechanism") != LULL_COUNTERS_REFAULT_UFFD_WP)
+        cr_skip_test("userfaultfd WP_ASYNC unavailable here:\n%s", cr.out);
+    uint64_t watched = reexec_field(&cr, "parent_watched");
+    cr_assert_gt(watched, 0, "no purged slice was taken again:\n%s", cr.out);
+    cr_assert_eq(reexec_field(&cr, "child_status"), 0, "the child failed:\n%s\n%s", cr.out, cr.err);
+    /* one page of each was written (by the parent): at most that */
+    cr_assert_leq(reexec_field(&cr, "child_refault_pages"), watched,
+                  "the child counted %llu refaulted pages for %llu slices with one page "
+                  "written each:\n%s",
+                  (unsigned long long)reexec_field(&cr, "child_refault_pages"),
+                  (unsigned long long)watched, cr.out);
 }
