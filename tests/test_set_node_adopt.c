@@ -17,6 +17,7 @@
 #include "src/span.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -74,4 +75,14 @@ Test(set_node_adopt, adopted_heap_follows_its_new_thread) {
                  "a thread that never called lull_thread_set_node() took its span from arena "
                  "%d, the node its heap's former owner pinned, not from the node it runs on (1)",
                  (int)(r.arena - lull_arenas));
+}
+
+/* include/lull.h: a node that is not present is refused with -EINVAL, the
+ * thread's binding unchanged and errno untouched. */
+Test(set_node_adopt, absent_node_is_refused) {
+    lull_free(lull_malloc(16));
+    errno = 0;
+    cr_assert_eq(lull_thread_set_node(4095), -EINVAL);
+    cr_assert_eq(errno, 0, "errno %d after a refused lull_thread_set_node()", errno);
+    cr_assert_eq(lull_thread_set_node(-1), 0);
 }
