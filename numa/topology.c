@@ -11,6 +11,7 @@
 #include "base/fault.h"
 #include "base/message.h"
 #include "base/fork_exec.h"
+#include "base/text_file.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -68,38 +69,6 @@ static void set_reason(const char *a, const char *b) {
 
 /* ---- small parsing helpers (no allocation) ---- */
 
-/* Read a whole small file into buf (NUL-terminated); length or -errno. */
-static int read_file(const char *path, char *buf, size_t size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    size_t got = 0;
-    while (got + 1 < size) {
-        ssize_t n = read(fd, buf + got, size - 1 - got);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int e = -errno;
-            close(fd);
-            return e;
-        }
-        if (n == 0) break;
-        got += (size_t)n;
-    }
-    close(fd);
-    buf[got] = '\0';
-    return (int)got;
-}
-
-static const char *parse_ulong(const char *s, unsigned long *out) {
-    unsigned long v = 0;
-    if (*s < '0' || *s > '9') return NULL;
-    while (*s >= '0' && *s <= '9') {
-        v = v * 10 + (unsigned long)(*s - '0');
-        s++;
-    }
-    *out = v;
-    return s;
-}
-
 /* Parse a kernel list ("0-3,8,10-11\n", also "0-15:2/4") and call set(i)
  * for each member below limit. Returns the number of members, -1 on a
  * syntax error. */
@@ -110,17 +79,17 @@ static int parse_list(const char *s, unsigned long limit, void (*set)(void *, un
         s++;
     while (*s && *s != '\n') {
         unsigned long a, b, stride = 1, group = 0;
-        s = parse_ulong(s, &a);
+        s = lull_parse_ulong(s, &a);
         if (!s) return -1;
         b = a;
         if (*s == '-') {
-            s = parse_ulong(s + 1, &b);
+            s = lull_parse_ulong(s + 1, &b);
             if (!s || b < a) return -1;
             if (*s == ':') { /* used_size/group_size */
                 unsigned long used;
-                s = parse_ulong(s + 1, &used);
+                s = lull_parse_ulong(s + 1, &used);
                 if (!s || *s != '/') return -1;
-                s = parse_ulong(s + 1, &group);
+                s = lull_parse_ulong(s + 1, &group);
                 if (!s || group == 0 || used == 0) return -1;
                 stride = used;
             }
@@ -157,18 +126,6 @@ static void set_max(void *arg, unsigned long i) {
     if (i + 1 > *m) *m = i + 1;
 }
 
-/* "Node 0 MemTotal:       16318356 kB" -> bytes */
-static uint64_t meminfo_field(const char *text, const char *key) {
-    const char *p = strstr(text, key);
-    if (!p) return 0;
-    p += strlen(key);
-    while (*p == ' ' || *p == ':' || *p == '\t')
-        p++;
-    unsigned long kb;
-    if (!parse_ulong(p, &kb)) return 0;
-    return (uint64_t)kb * 1024;
-}
-
 /* "/sys", or a fake tree for tests (numa_topology_set_sysfs_root). */
 static LULL_FORK_EXEC_DATA char sysfs_root[128] = "/sys"; /* the constructor reads it */
 
@@ -186,7 +143,7 @@ static int read_sysfs(const char *rel, int n, char *buf, size_t size) {
     if (hole)
         at = append(path, sizeof path, append_uint(path, sizeof path, at, (unsigned)n), hole + 2);
     if (at + 1 >= sizeof path) return -ENAMETOOLONG; /* cut short */
-    return read_file(path, buf, size);
+    return lull_read_text_file(path, buf, size);
 }
 
 static int possible_cpus(void) {
@@ -258,15 +215,15 @@ static int detect_sysfs(struct numa_topology *t) {
                 while (*p == ' ')
                     p++;
                 unsigned long d;
-                const char *q = parse_ulong(p, &d);
+                const char *q = lull_parse_ulong(p, &d);
                 if (!q) break;
                 t->distance[n][m] = d > 255 ? 255 : (uint8_t)d;
                 p = q;
             }
         }
         if (read_sysfs(NODE_DIR "/node%d/meminfo", n, buf, sizeof buf) > 0) {
-            t->mem_total[n] = meminfo_field(buf, "MemTotal");
-            t->mem_free[n] = meminfo_field(buf, "MemFree");
+            t->mem_total[n] = lull_meminfo_bytes(buf, "MemTotal");
+            t->mem_free[n] = lull_meminfo_bytes(buf, "MemFree");
         }
     }
     uint64_t mem_mask = 0;
@@ -399,9 +356,9 @@ static void detect_single(struct numa_topology *t) {
     for (int c = 0; c < NUMA_MAX_CPUS; c++)
         t->cpu_node[c] = 0;
     char buf[512];
-    if (read_file("/proc/meminfo", buf, sizeof buf) > 0) {
-        t->mem_total[0] = meminfo_field(buf, "MemTotal");
-        t->mem_free[0] = meminfo_field(buf, "MemFree");
+    if (lull_read_text_file("/proc/meminfo", buf, sizeof buf) > 0) {
+        t->mem_total[0] = lull_meminfo_bytes(buf, "MemTotal");
+        t->mem_free[0] = lull_meminfo_bytes(buf, "MemFree");
     }
     finish(t);
     /* finish() counted every CPU id: keep the counts to the possible ones. */
@@ -442,7 +399,7 @@ LULL_FORK_EXEC_TEXT static bool one_possible_node(void) {
     /* the real tree without snprintf: this runs in every process's
      * constructor, where printf's code was 4 of its page faults */
     int r = strcmp(sysfs_root, "/sys") == 0
-                ? read_file("/sys/" NODE_DIR "/possible", buf, sizeof buf)
+                ? lull_read_text_file("/sys/" NODE_DIR "/possible", buf, sizeof buf)
                 : read_sysfs(NODE_DIR "/possible", 0, buf, sizeof buf);
     return r > 0 && strcmp(buf, "0\n") == 0;
 }

@@ -26,6 +26,7 @@
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_reclaim.h"
 #include "reclaim/huge_word.h"
+#include "reclaim/memory_short.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/purge_now.h"
@@ -113,8 +114,12 @@ static int effective_advice(void) {
 /* What has been free for the purge delay. */
 static bool purge_due(uint32_t now) {
     purge_backend *b = &R.backend;
-    if (__atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED) == LULL_PURGE_DELAY_AUTO)
+    if (__atomic_load_n(&lull_config.purge_delay_ms, __ATOMIC_RELAXED) == LULL_PURGE_DELAY_AUTO) {
+        /* the mode's MADV_FREE waits for memory that is not short */
+        if (__atomic_load_n(&lull_config.purge_mode, __ATOMIC_RELAXED) == LULL_MODE_AUTO)
+            lull_policy_set_memory_short(&lull_the_policy, lull_memory_short_poll(now));
         lull_policy_delay(&lull_the_policy, now);
+    }
     long delay = lull_reclaim_effective_delay();
     __atomic_store_n(&R.stats.delay_ms, delay, __ATOMIC_RELAXED);
     int advice = delay >= 0 ? effective_advice() : MADV_DONTNEED;

@@ -1,0 +1,49 @@
+/* Small kernel text files; see text_file.h. */
+#include "base/text_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+int lull_read_text_file(const char *path, char *buf, size_t size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    size_t got = 0;
+    while (got + 1 < size) {
+        ssize_t n = read(fd, buf + got, size - 1 - got);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int e = -errno;
+            close(fd);
+            return e;
+        }
+        if (n == 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    buf[got] = '\0';
+    return (int)got;
+}
+
+const char *lull_parse_ulong(const char *s, unsigned long *out) {
+    unsigned long v = 0;
+    if (*s < '0' || *s > '9') return NULL;
+    while (*s >= '0' && *s <= '9') {
+        v = v * 10 + (unsigned long)(*s - '0');
+        s++;
+    }
+    *out = v;
+    return s;
+}
+
+uint64_t lull_meminfo_bytes(const char *text, const char *key) {
+    const char *p = strstr(text, key);
+    if (!p) return 0;
+    p += strlen(key);
+    while (*p == ' ' || *p == ':' || *p == '\t')
+        p++;
+    unsigned long kb;
+    if (!lull_parse_ulong(p, &kb)) return 0;
+    return (uint64_t)kb * 1024;
+}
