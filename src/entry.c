@@ -50,6 +50,25 @@ LULL_EXPORT bool lull_owns(const void *p) {
     return lull_segment_map_has((uintptr_t)seg) || lull_aligned_huge_of(p) != NULL;
 }
 
+/* A shrinking realloc keeps p, a live block, for `size` (its move found no
+ * memory): the block records the size, which a sized free with it then
+ * passes (lull_check_sized_free; it accepts down to half the block's
+ * usable size otherwise). A large or huge block only: a small one records
+ * no size, and is not kept. */
+static bool keep_shrunk(void *p, size_t size) {
+    lull_segment *seg = lull_segment_of(p);
+    lull_huge *h = lull_aligned_huge_of(p);
+    if (!h && seg->magic == LULL_HUGE_MAGIC) h = (lull_huge *)seg;
+    if (h) {
+        h->size = size;
+        return true;
+    }
+    lull_span *span = lull_span_of(seg, p);
+    if (span->kind != LULL_SPAN_LARGE) return false;
+    span->requested = size;
+    return true;
+}
+
 LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
     if (!p) return lull_malloc_inline(size);
     if (size == 0) { /* as glibc: free and return NULL */
@@ -73,8 +92,19 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
      * block's memory goes back like any freed block's: a large or huge block
      * kept whole for a small size stayed resident for good */
     if (size <= usable && size >= usable / 2) return p;
+    int saved = errno;
     void *q = lull_malloc_inline(size);
-    if (!q) return NULL; /* p is untouched, as the standard asks */
+    if (!q) {
+        /* a shrink that found no memory for the smaller block keeps the
+         * block it has, which holds the size: at the heap limit a NULL
+         * here failed the very call that would give memory back
+         * (tests/test_realloc_shrink_limit.c) */
+        if (size <= usable && keep_shrunk(p, size)) {
+            errno = saved;
+            return p;
+        }
+        return NULL; /* p is untouched, as the standard asks */
+    }
     memcpy(q, p, size < usable ? size : usable);
     lull_free_inline(p);
     return q;

@@ -48,7 +48,12 @@ void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t si
      * half of it (lull_realloc): free_sized() then gets that size, which
      * on its own may ask for a smaller class or kind */
     if (size >= usable / 2) return;
-    if (lull_aligned_huge_of(p) || seg->magic != LULL_SEGMENT_MAGIC) {
+    lull_huge *huge = lull_aligned_huge_of(p);
+    if (!huge && seg->magic != LULL_SEGMENT_MAGIC) huge = (lull_huge *)seg;
+    if (huge) {
+        /* the size it was asked for, or a shrinking realloc that found no
+         * memory for a smaller block kept it for (entry.c) */
+        if (size == huge->size) return;
         /* a request gets a huge block only past the largest large one or
          * at an alignment over a quarter segment (alloc_in_heap) */
         if (size <= LULL_LARGE_MAX && alignment <= LULL_SEGMENT_SIZE / 4)
@@ -60,8 +65,10 @@ void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t si
     if (span->kind != LULL_SPAN_SMALL) {
         /* a large one only past the largest class or at an alignment over
          * a slice; but the heap profile puts a sampled small block in a
-         * large span of its own (span->sampled) */
-        if (size <= LULL_SMALL_MAX && alignment <= LULL_SLICE_SIZE && !span->sampled)
+         * large span of its own (span->sampled), and a shrinking realloc
+         * that found no memory keeps its block (span->requested, entry.c) */
+        if (size <= LULL_SMALL_MAX && size != span->requested && alignment <= LULL_SLICE_SIZE &&
+            !span->sampled)
             lull_fatal("%s: size %zu does not match large block %p of %zu bytes", who, size, p,
                        usable);
         return;
