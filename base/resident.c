@@ -49,7 +49,13 @@ uint64_t lull_resident_bytes(void) {
 
 bool lull_resident_relieve(void) {
     bool (*relieve)(void) = __atomic_load_n(&lull_resident_relief_hook, __ATOMIC_ACQUIRE);
-    return relieve && relieve();
+    /* the wait for the purge is a futex wait, which ends with ETIMEDOUT or
+     * EAGAIN: an allocation that found room after it returned its memory
+     * with that errno (tests/test_errno_limit_relief.c) */
+    int saved = errno;
+    bool relieved = relieve && relieve();
+    errno = saved;
+    return relieved;
 }
 
 void lull_resident_refuse(void) {
