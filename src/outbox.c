@@ -1,6 +1,7 @@
 /* The sending half of batched remote frees; see outbox.h. */
 #include "src/outbox.h"
 #include "base/race.h"
+#include "src/heap.h"
 #include "src/span.h"
 
 /* Heaps are 64-byte aligned in their chunks: the bits above those pick the
@@ -41,7 +42,15 @@ lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32
     o->head = b;
     o->bytes += block_size;
     h->outbox_pending |= 1u << i;
-    if (++o->count >= LULL_OUTBOX_BATCH || o->bytes >= LULL_OUTBOX_BYTES) sent_to = send(h, i);
+    if (++o->count >= LULL_OUTBOX_BATCH || o->bytes >= LULL_OUTBOX_BYTES) {
+        /* a second send in this put (a block of 64 KiB or more, after the
+         * slot's message for its former owner went out above): only the
+         * last is reported, so the first one's owner, if it exited, gets
+         * its frees now too, not a reclaim tick later
+         * (test_outbox_two_sends) */
+        if (sent_to) lull_heap_collect_if_abandoned(sent_to);
+        sent_to = send(h, i);
+    }
     return sent_to;
 }
 
