@@ -32,4 +32,9 @@ void lull_purge_now_on_caller(lull_reclaim_stats *st) {
     lull_purge_now(&b, st);
     /* the counter page's purge_errors: this backend is gone after the call */
     __atomic_fetch_add(&st->caller_purge_errors, b.errors, __ATOMIC_RELAXED);
+    /* and its purges, for the same reason (tests/test_caller_purge_counted.c) */
+    const purge_kind_counters *m = &b.per_kind[LULL_BACKEND_MADVISE];
+    __atomic_fetch_add(&st->caller_purge_ranges, m->ranges, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&st->caller_purge_bytes, m->bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&st->caller_purge_calls, m->calls, __ATOMIC_RELAXED);
 }

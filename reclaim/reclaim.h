@@ -42,6 +42,11 @@ typedef struct lull_reclaim_stats {
      * (lull_purge_now_on_caller); the reclaim thread's backend counts its
      * own (purge_backend.errors), the runs refused are purge_failures */
     uint64_t caller_purge_errors;
+    /* ... and what those purges did, all with plain madvise (the caller's
+     * backend is never opened): its ranges, bytes and system calls, which
+     * the counter page adds to the madvise backend's figures and to
+     * purged_pages, or a purge_all without a reclaim thread read as none */
+    uint64_t caller_purge_ranges, caller_purge_bytes, caller_purge_calls;
     bool running;
     bool start_failed;
     int backend; /* lull_backend_kind in use */

@@ -538,6 +538,9 @@ void lull_reclaim_get_stats(lull_reclaim_stats *out) {
     STAT_GET(purged_bytes);
     STAT_GET(purge_failures);
     STAT_GET(caller_purge_errors);
+    STAT_GET(caller_purge_ranges);
+    STAT_GET(caller_purge_bytes);
+    STAT_GET(caller_purge_calls);
     STAT_GET(huge_freed);
     STAT_GET(huge_freed_bytes);
     STAT_GET(huge_purged_bytes);

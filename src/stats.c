@@ -215,10 +215,16 @@ void lull_stats_collect(struct lull_counters *out) {
     out->reclaim_ticks = r.ticks;
     out->huge_unmapped = r.huge_freed;
     out->huge_unmapped_bytes = r.huge_freed_bytes;
-    for (int k = 1; b && k < LULL_COUNTERS_BACKEND_COUNT && k < PURGE_KIND_COUNT; k++) {
-        out->purge_calls[k] = purge_backend_counter(&b->per_kind[k].ranges);
-        out->purge_bytes[k] = purge_backend_counter(&b->per_kind[k].bytes);
-        out->purge_syscalls[k] = purge_backend_counter(&b->per_kind[k].calls);
+    /* purges made on a caller's own backend (no reclaim thread): madvise */
+    out->purge_calls[LULL_COUNTERS_BACKEND_MADVISE] = r.caller_purge_ranges;
+    out->purge_bytes[LULL_COUNTERS_BACKEND_MADVISE] = r.caller_purge_bytes;
+    out->purge_syscalls[LULL_COUNTERS_BACKEND_MADVISE] = r.caller_purge_calls;
+    for (int k = 1; k < LULL_COUNTERS_BACKEND_COUNT && k < PURGE_KIND_COUNT; k++) {
+        if (b) {
+            out->purge_calls[k] += purge_backend_counter(&b->per_kind[k].ranges);
+            out->purge_bytes[k] += purge_backend_counter(&b->per_kind[k].bytes);
+            out->purge_syscalls[k] += purge_backend_counter(&b->per_kind[k].calls);
+        }
         out->purged_pages += out->purge_bytes[k] / LULL_PAGE_SIZE;
     }
     /* each refused range once: the backend that made the purge counts it
