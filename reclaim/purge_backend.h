@@ -72,7 +72,7 @@ typedef struct purge_backend {
      * purge_backend_counter() from any thread. */
     purge_kind_counters per_kind[PURGE_KIND_COUNT];
     uint64_t runs;      /* purge_backend_run calls */
-    uint64_t errors;    /* ranges reported failed (results[i] < 0) */
+    uint64_t errors;    /* ranges of purges reported failed (results[i] < 0) */
     uint64_t fallbacks; /* times a mechanism was given up (at open or at run time) */
     uint64_t redone;    /* ranges redone on a lower mechanism after a failure */
     /* The run in progress gives no memory back (the warm reserve prefaults
@@ -94,7 +94,7 @@ lull_backend_kind purge_backend_open(purge_backend *b, lull_backend_kind want,
  * negative errno of each range. A closed (or zeroed, never opened) backend
  * purges with madvise. Another advice (the warm reserve's
  * MADV_POPULATE_WRITE) runs the same way, but no range of it counts in
- * per_kind ranges and bytes, which are purges. */
+ * per_kind ranges and bytes nor in errors, which are purges'. */
 size_t purge_backend_run(purge_backend *b, const purge_range *r, size_t n, int advice,
                          int *results);
 
