@@ -158,7 +158,10 @@ struct lull_counters_accounting {
     uint64_t span_free; /* free blocks inside spans that are in use */
     uint64_t dirty;     /* free slices, still resident, not yet purged */
     uint64_t purging;   /* slices the reclaim thread has claimed and is purging now */
-    uint64_t purged;    /* mapped but given back to the kernel (not resident) */
+    uint64_t purged;    /* mapped but given back to the kernel: not resident after
+                         * MADV_DONTNEED; after MADV_FREE (purge_mode=free, or auto while
+                         * purges are wasted) resident until the kernel needs the memory
+                         * or lull purges the slices again with MADV_DONTNEED (3 s) */
     uint64_t warm;      /* prefaulted reserve, resident and ready to hand out */
     uint64_t metadata;  /* segment headers and lull's own structures */
 };
@@ -370,8 +373,11 @@ static inline uint64_t lull_counters_accounting_sum(const struct lull_counters_a
 }
 
 /* The bytes of lull's mapping that may be resident: everything but the
- * purged term (metadata counts whole, so this is an upper bound). A
- * process's RSS growth beyond the growth of this figure is not lull's. */
+ * purged term (metadata counts whole, so this is an upper bound while
+ * purges use MADV_DONTNEED). A process's RSS growth beyond the growth of
+ * this figure is not lull's, except for pages purged with MADV_FREE, which
+ * the kernel leaves in RSS until it needs the memory (it takes them before
+ * anything else; lull purges them again with MADV_DONTNEED after 3 s). */
 static inline uint64_t lull_counters_resident_bound(const struct lull_counters_accounting *a) {
     return lull_counters_accounting_sum(a) - a->purged;
 }
