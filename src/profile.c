@@ -219,6 +219,20 @@ void lull_profile_forget(const void *p) {
     pthread_mutex_unlock(&lock);
 }
 
+void lull_profile_resized(const void *p, size_t size) {
+    pthread_mutex_lock(&lock);
+    sample_slot *s = samples ? sample_find((uintptr_t)p) : NULL;
+    if (s) {
+        double space = s->objects * (double)size;
+        stack_record *r = &stacks[s->stack];
+        r->live_space += space - s->space;
+        live_total += space - s->space;
+        s->space = space;
+        note_peak();
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 /* ---- the dump --------------------------------------------------------- */
 
 static int64_t rounded(double x) {

@@ -93,6 +93,11 @@ void lull_profile_sampled(const void *p, size_t size, size_t sampled_bytes);
 /* A sampled block is freed, or a huge block that may have been (its free
  * asks): its sample, if any, is forgotten. */
 void lull_profile_forget(const void *p);
+/* A block realloc() kept in place now holds `size` bytes asked for: its
+ * sample, if any, counts that size as in use from now on (it was sampled
+ * with its old size's probability, so its weight stays: the in-use
+ * estimate stays unbiased). Its allocation figures are the allocation's. */
+void lull_profile_resized(const void *p, size_t size);
 /* Where lull's frames end on this thread's stack (see lull_profile_sampled). */
 extern __thread uintptr_t lull_profile_boundary;
 
