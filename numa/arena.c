@@ -325,11 +325,17 @@ void lull_arena_free_span(lull_span *span) {
  * purge delay "never", a slice may have been free longer than the 24 days
  * that a 32-bit millisecond difference tells apart) */
 static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
-                          lull_slice_run *out, size_t max, size_t max_bytes) {
+                          lull_claim_cursor *at, lull_slice_run *out, size_t max,
+                          size_t max_bytes) {
     size_t n = 0, bytes = 0;
-    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire);
-         s && n < max && bytes < max_bytes; s = s->next) {
-        for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max && bytes < max_bytes; w++) {
+    bool resume = at && at->segment;
+    lull_segment *s =
+        resume ? at->segment : atomic_load_explicit(&a->segments, memory_order_acquire);
+    unsigned w = resume ? at->word : 0;
+    lull_segment *last = s, *first_s = s;
+    unsigned first_w = w;
+    for (; s && n < max && bytes < max_bytes; w = 0) {
+        for (; w < LULL_SLICE_WORDS && n < max && bytes < max_bytes; w++) {
             lull_slice_word x;
             lull_slices_word(s, w, &x);
             uint64_t d = x.dirty;
@@ -353,19 +359,32 @@ static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
             n += lull_slices_claim(s, w, LULL_SLICES_DIRTY, old_enough, out + n, max - n, &emitted);
             if (emitted && free_bits) lull_thp_note_purge(s, w, emitted, free_bits);
             bytes += (size_t)__builtin_popcountll(emitted) * LULL_SLICE_SIZE;
+            /* the run bound may have cut this word: the next claim starts
+             * at it again (not when the claim started at it: the next one
+             * would cut it the same way, and the walk would not move) */
+            if (n == max && (s != first_s || w != first_w)) goto stop;
         }
+        if (w < LULL_SLICE_WORDS) break; /* a bound: the next claim goes on here */
+        last = s;
+        s = s->next;
+    }
+stop:
+    if (at) {
+        /* at the end of the list: past the last segment */
+        at->segment = s ? s : last;
+        at->word = s ? w : LULL_SLICE_WORDS;
     }
     return n;
 }
 
-size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
-                              size_t max, size_t max_bytes) {
-    return claim_dirty(a, freed_before_ms, false, out, max, max_bytes);
+size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_claim_cursor *at,
+                              lull_slice_run *out, size_t max, size_t max_bytes) {
+    return claim_dirty(a, freed_before_ms, false, at, out, max, max_bytes);
 }
 
-size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max,
-                                  size_t max_bytes) {
-    return claim_dirty(a, 0, true, out, max, max_bytes);
+size_t lull_arena_claim_all_dirty(lull_arena *a, lull_claim_cursor *at, lull_slice_run *out,
+                                  size_t max, size_t max_bytes) {
+    return claim_dirty(a, 0, true, at, out, max, max_bytes);
 }
 
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {

@@ -58,13 +58,29 @@ lull_span *lull_arena_try_alloc_span(lull_arena *a, unsigned slices, bool *zeroe
 /* Give a span's slices back as FREE_DIRTY, stamped with the time. */
 void lull_arena_free_span(lull_span *span);
 
+/* Where the next of a series of dirty claims starts: one walk over the
+ * arena, batch after batch. Each claim starts where the last one stopped,
+ * so a run the kernel refused to purge (a locked page), which goes back to
+ * dirty, is not claimed again by the same walk: a walk that began each
+ * batch at the newest segment took the same refused runs for ever, and
+ * when they filled a batch, nothing behind them was purged
+ * (tests/test_step_refused_batch.c). Zeroed: the newest segment's first
+ * word. Segments are never removed, so the segment stays valid; segments
+ * mapped meanwhile (before it in the list) are not walked. */
+typedef struct lull_claim_cursor {
+    lull_segment *segment;
+    unsigned word; /* LULL_SLICE_WORDS: past the segment */
+} lull_claim_cursor;
+
 /* Claim FREE_DIRTY slices that became free at or before `freed_before_ms`,
  * as runs cut at 2 MiB extent boundaries, at most `max` runs and about
- * `max_bytes`. They are PURGING on return. */
-size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_slice_run *out,
-                              size_t max, size_t max_bytes);
+ * `max_bytes`, from *at on (NULL: from the newest segment), and move *at
+ * past them. They are PURGING on return. */
+size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_claim_cursor *at,
+                              lull_slice_run *out, size_t max, size_t max_bytes);
 /* The same, whatever their age (lull_purge_all). */
-size_t lull_arena_claim_all_dirty(lull_arena *a, lull_slice_run *out, size_t max, size_t max_bytes);
+size_t lull_arena_claim_all_dirty(lull_arena *a, lull_claim_cursor *at, lull_slice_run *out,
+                                  size_t max, size_t max_bytes);
 /* The purge of a run finished: PURGING -> FREE_CLEAN (lazy: MADV_FREE, so
  * not known to be zero). */
 void lull_arena_purge_done(const lull_slice_run *run, bool lazy);

@@ -64,11 +64,18 @@ bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_aren
                       uint32_t freed_before, bool any_age, int advice) {
     lull_slice_run runs[LULL_STEP_RUNS];
     bool work = false;
+    /* one walk over the arena: a run the kernel refused (a locked page;
+     * mlockall: every one) is dirty again, and a claim from the newest
+     * segment took it again, batch after batch; a batch of refused runs
+     * only ended the step, and every dirty slice behind them stayed dirty
+     * after lull_purge_all() (tests/test_step_refused_batch.c) */
+    lull_claim_cursor at = {0};
     for (;;) {
         lull_steps_lock();
-        size_t n = any_age ? lull_arena_claim_all_dirty(a, runs, LULL_STEP_RUNS, LULL_STEP_BYTES)
-                           : lull_arena_claim_dirty(a, freed_before, runs, LULL_STEP_RUNS,
-                                                    LULL_STEP_BYTES);
+        size_t n = any_age
+                       ? lull_arena_claim_all_dirty(a, &at, runs, LULL_STEP_RUNS, LULL_STEP_BYTES)
+                       : lull_arena_claim_dirty(a, freed_before, &at, runs, LULL_STEP_RUNS,
+                                                LULL_STEP_BYTES);
         size_t claimed = 0;
         for (size_t i = 0; i < n; i++)
             claimed += (size_t)runs[i].count << LULL_SLICE_SHIFT;
@@ -81,12 +88,10 @@ bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_aren
         /* short by what was claimed, not by what was purged: a batch cut
          * at the byte bound with one run refused (a locked page) is not
          * the last, and ending there left every dirty slice past it
-         * (tests/test_step_refused_run.c) */
+         * (tests/test_step_refused_run.c). A short batch reached the end
+         * of the walk. (A batch of refused runs only, mlockall's, needs no
+         * end of its own: the walk goes on past them, and ends.) */
         if (n < LULL_STEP_RUNS && claimed < LULL_STEP_BYTES) break;
-        /* every purge of the batch refused (mlockall: EINVAL for all):
-         * the runs are dirty again, and the next claim would take the
-         * same batch, for ever (tests/test_purge_refused.c) */
-        if (bytes == 0) break;
     }
     return work;
 }

@@ -91,7 +91,7 @@ static void free_set(lull_span **spans) {
 /* Claim every dirty slice; check the runs are exactly the freed set, cut at
  * extents. Returns the number of runs. */
 static size_t claim_all(lull_arena *a, lull_segment *seg, lull_slice_run *runs, size_t max) {
-    size_t n = lull_arena_claim_dirty(a, future(), runs, max, (size_t)1 << 40);
+    size_t n = lull_arena_claim_dirty(a, future(), NULL, runs, max, (size_t)1 << 40);
     cr_assert_gt(n, 0);
     uint64_t claimed[LULL_SLICE_WORDS] = {0};
     for (size_t r = 0; r < n; r++) {
@@ -254,13 +254,13 @@ Test(arena, claim_respects_the_free_time_and_the_run_limit, .init = setup) {
     lull_slice_run runs[64];
     /* freed after the deadline: nothing is old enough */
     uint32_t now = lull_now_ms();
-    cr_assert_eq(lull_arena_claim_dirty(&a, now - 60000, runs, 64, (size_t)1 << 40), 0);
+    cr_assert_eq(lull_arena_claim_dirty(&a, now - 60000, NULL, runs, 64, (size_t)1 << 40), 0);
     for (unsigned i = LULL_META_SLICES; i < LULL_SLICES; i++)
         cr_assert_eq(bit(lull_slice_maps_of(seg)->dirty, i), in_freed_set(i));
     /* one run at a time: the rest stays dirty and comes in later claims */
     unsigned got = 0, claims = 0;
     for (;;) {
-        size_t n = lull_arena_claim_dirty(&a, future(), runs, 1, (size_t)1 << 40);
+        size_t n = lull_arena_claim_dirty(&a, future(), NULL, runs, 1, (size_t)1 << 40);
         if (!n) break;
         cr_assert_eq(n, 1);
         claims++;
@@ -301,7 +301,7 @@ static void *purger(void *arg) {
     lull_slice_run runs[32];
     unsigned k = 0;
     while (!atomic_load(&conc_stop)) {
-        size_t n = lull_arena_claim_dirty(&conc_arena, future(), runs, 32, (size_t)64 << 20);
+        size_t n = lull_arena_claim_dirty(&conc_arena, future(), NULL, runs, 32, (size_t)64 << 20);
         for (size_t r = 0; r < n; r++) {
             char *addr = lull_slice_address(runs[r].segment, runs[r].first);
             size_t len = (size_t)runs[r].count * LULL_SLICE_SIZE;
@@ -409,11 +409,11 @@ Test(arena, lazy_slices_are_taken_before_fresh_clean_ones, .init = setup) {
     /* high: purged with MADV_FREE (lazy); low: purged with MADV_DONTNEED */
     lull_arena_free_span(high);
     lull_slice_run runs[8];
-    size_t n = lull_arena_claim_dirty(&a, future(), runs, 8, (size_t)1 << 40);
+    size_t n = lull_arena_claim_dirty(&a, future(), NULL, runs, 8, (size_t)1 << 40);
     cr_assert_eq(n, 1);
     lull_arena_purge_done(&runs[0], true);
     lull_arena_free_span(low);
-    n = lull_arena_claim_dirty(&a, future(), runs, 8, (size_t)1 << 40);
+    n = lull_arena_claim_dirty(&a, future(), NULL, runs, 8, (size_t)1 << 40);
     cr_assert_eq(n, 1);
     memset(lull_slice_address(seg, runs[0].first), 0, (size_t)runs[0].count * LULL_SLICE_SIZE);
     lull_arena_purge_done(&runs[0], false);
