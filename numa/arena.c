@@ -124,9 +124,14 @@ static lull_take_result claim_run(lull_segment *s, unsigned first, unsigned n, b
     return r;
 }
 
+/* take_span's search after a run ran over the heap limit: only slices the
+ * resident estimate counts already (dirty, warm), which take no room */
+#define RESIDENT_PASS 4
+
 /* The slices of one word that search pass `pass` may take (take_span). */
 static uint64_t pass_avail(const lull_slice_word *x, int pass) {
     uint64_t d = x->dirty, wm = x->warm, c = x->clean, lz = x->clean & x->lazy;
+    if (pass == RESIDENT_PASS) return d | wm;
     return pass == 0 ? d : pass == 1 ? (d | lz) : pass == 2 ? (d | lz | wm) : (d | wm | c);
 }
 
@@ -182,6 +187,31 @@ static void span_init_slices(lull_segment *s, unsigned first, unsigned n) {
     head->slice_count = (uint16_t)n;
 }
 
+/* Any run of n slices that pass `pass` may take, first fit from the newest
+ * segment, with the arena's mutex held; on success the mutex is released.
+ * NULL: none (*over: one was found, and it needs room the heap limit does
+ * not leave; the mutex is still held). */
+static lull_span *first_fit(lull_arena *a, unsigned n, int pass, bool *zeroed, bool *over) {
+    for (lull_segment *s = atomic_load(&a->segments); s; s = s->next) {
+        for (int tries = 0; tries < 4; tries++) {
+            int idx = find_in_segment(s, n, pass);
+            if (idx < 0) break;
+            lull_take_result r = claim_run(s, (unsigned)idx, n, zeroed);
+            if (r == LULL_TAKE_OK) {
+                pthread_mutex_unlock(&a->lock);
+                span_init_slices(s, (unsigned)idx, n);
+                return &lull_span_table_of(s)->slices[idx];
+            }
+            if (r == LULL_TAKE_OVER_LIMIT) {
+                *over = true;
+                return NULL;
+            }
+            /* the reclaim thread claimed part of it meanwhile: look again */
+        }
+    }
+    return NULL;
+}
+
 /* One search, under the arena's mutex; *over: the span needs memory that
  * is not resident, and the heap limit leaves no room for it. */
 static lull_span *take_span(lull_arena *a, unsigned n, bool *zeroed, bool *over) {
@@ -228,22 +258,9 @@ again:
          * (tests/soak at a 2 s delay held 490 MiB dirty at 64 MiB live;
          * first fit 50). First fit leaves what a churn does not need alone
          * to age (test_arena's a_steady_churn_takes_the_same_slices_again). */
-        for (lull_segment *s = atomic_load(&a->segments); s; s = s->next) {
-            for (int tries = 0; tries < 4; tries++) {
-                int idx = find_in_segment(s, n, pass);
-                if (idx < 0) break;
-                lull_take_result r = claim_run(s, (unsigned)idx, n, zeroed);
-                if (r == LULL_TAKE_OK) {
-                    pthread_mutex_unlock(&a->lock);
-                    span_init_slices(s, (unsigned)idx, n);
-                    return &lull_span_table_of(s)->slices[idx];
-                }
-                /* the passes before took every run of resident slices:
-                 * any other run needs clean ones too */
-                if (r == LULL_TAKE_OVER_LIMIT) goto over_limit;
-                /* the reclaim thread claimed part of it meanwhile: look again */
-            }
-        }
+        lull_span *span = first_fit(a, n, pass, zeroed, over);
+        if (span) return span;
+        if (*over) goto over_limit;
     }
     /* a new segment: its header and the span must fit under the limit */
     if (lull_resident_room() < ((uint64_t)LULL_META_SLICES + n) << LULL_SLICE_SHIFT)
@@ -272,6 +289,15 @@ again:
      * with no limit set (tsan_reclaim in CI; test_race_segment) */
     goto again;
 over_limit:
+    /* A run that needs room is over the limit, but runs of resident slices
+     * need none: the passes before took dirty ones only, and lazy slices
+     * (clean to the estimate) come before warm ones, so a lazy run over the
+     * limit refused the span with warm slices free for it
+     * (tests/test_limit_warm_room.c). One more search, of those only
+     * (first fit: at the limit, no region to fill is chosen). */
+    *over = false;
+    lull_span *span = first_fit(a, n, RESIDENT_PASS, zeroed, over);
+    if (span) return span;
     pthread_mutex_unlock(&a->lock);
     *over = true;
     return NULL;
