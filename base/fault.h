@@ -30,8 +30,15 @@ extern LULL_HIDDEN _Atomic int lull_fault_armed[LULL_FAULT_COUNT];
 static inline bool lull_fault(lull_fault_point p) {
     int n = atomic_load_explicit(&lull_fault_armed[p], memory_order_relaxed);
     if (__builtin_expect(n == 0, 1)) return false;
-    if (n > 0) atomic_fetch_sub_explicit(&lull_fault_armed[p], 1, memory_order_relaxed);
-    return true;
+    /* one of the n calls left, taken in one step: a load, then a decrement,
+     * let two threads that both read 1 both fail, and leave -1, which
+     * means "fail forever". A failed compare-exchange reloads n: another
+     * thread took the last call (0: this one goes through) or re-armed. */
+    while (n > 0 &&
+           !atomic_compare_exchange_weak_explicit(&lull_fault_armed[p], &n, n - 1,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+    return n != 0;
 }
 
 /* Arm point p for the next n calls (n = -1: all of them; 0 disarms). */
