@@ -673,7 +673,9 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
             /* the owner exited: its heap's blocks come back now, not a
              * reclaim tick later (a chain of threads, each freeing what the
              * last one made) */
-            lull_heap *sent_to = lull_outbox_put(h, owner, b, span->block_size);
+            lull_heap *first_sent_to;
+            lull_heap *sent_to = lull_outbox_put(h, owner, b, span->block_size, &first_sent_to);
+            if (first_sent_to) lull_heap_collect_if_abandoned(first_sent_to);
             if (sent_to) {
                 lull_heap_collect_if_abandoned(sent_to);
                 /* and what others sent this thread: one that frees but no

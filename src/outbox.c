@@ -1,7 +1,6 @@
 /* The sending half of batched remote frees; see outbox.h. */
 #include "src/outbox.h"
 #include "base/race.h"
-#include "src/heap.h"
 #include "src/span.h"
 
 /* Heaps are 64-byte aligned in their chunks: the bits above those pick the
@@ -28,10 +27,12 @@ static lull_heap *send(lull_heap *h, unsigned i) {
     return dest;
 }
 
-lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32_t block_size) {
+lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32_t block_size,
+                           lull_heap **first_sent_to) {
     unsigned i = slot_of(owner);
     lull_outbox_slot *o = &h->outbox[i];
     lull_heap *sent_to = NULL;
+    if (first_sent_to) *first_sent_to = NULL;
     if (o->dest != owner) {
         if (o->count) sent_to = send(h, i);
         o->dest = owner;
@@ -44,11 +45,10 @@ lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32
     h->outbox_pending |= 1u << i;
     if (++o->count >= LULL_OUTBOX_BATCH || o->bytes >= LULL_OUTBOX_BYTES) {
         /* a second send in this put (a block of 64 KiB or more, after the
-         * slot's message for its former owner went out above): only the
-         * last is reported, so the first one's owner, if it exited, gets
-         * its frees now too, not a reclaim tick later
-         * (test_outbox_two_sends) */
-        if (sent_to) lull_heap_collect_if_abandoned(sent_to);
+         * slot's message for its former owner went out above): the first
+         * is reported too, so that the caller collects its owner if it
+         * exited, not a reclaim tick later (test_outbox_two_sends) */
+        if (first_sent_to) *first_sent_to = sent_to;
         sent_to = send(h, i);
     }
     return sent_to;

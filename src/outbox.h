@@ -15,8 +15,12 @@
 #define LULL_OUTBOX_BYTES ((uint32_t)64 << 10)
 
 /* Put block b of a span that `owner` owns (not h) in h's outbox. Returns
- * the heap a message went to, if one did, or NULL. */
-lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32_t block_size);
+ * the heap a message went to, if one did, or NULL. A put may send two:
+ * the slot's message for its former owner, then b's own at once (a block
+ * of LULL_OUTBOX_BYTES); *first_sent_to (if not NULL) gets the first of
+ * those two, else NULL. */
+lull_heap *lull_outbox_put(lull_heap *h, lull_heap *owner, lull_block *b, uint32_t block_size,
+                           lull_heap **first_sent_to);
 /* Send every message h holds. */
 void lull_outbox_flush(lull_heap *h);
 

@@ -106,7 +106,7 @@ void lull_reuse_reset(lull_heap *h) {
 static void send_home(lull_heap *h, lull_block *b) {
     lull_span *span = lull_span_of(lull_segment_of(b), b);
     lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
-    lull_outbox_put(h, owner, b, span->block_size);
+    lull_outbox_put(h, owner, b, span->block_size, NULL);
 }
 
 void lull_reuse_flush(lull_heap *h) {
