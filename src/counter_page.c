@@ -854,5 +854,24 @@ void counter_page_process_start(void) {
 #ifdef LULL_OVERRIDE
     resolve_real();
 #endif
+}
+
+#ifdef __GLIBC__
+/* at_quick_exit is a stub of libc_nonshared.a, linked at the end of lull's
+ * text (src/init.c says why its atexit and atfork are called this way) */
+extern void *__dso_handle __attribute__((weak, visibility("hidden")));
+int __cxa_at_quick_exit(void (*fn)(void *), void *dso);
+
+LULL_FORK_EXEC_TEXT static void quick_exit_handler(void *unused) {
+    (void)unused;
+    counter_page_at_exit();
+}
+
+LULL_FORK_EXEC_TEXT void counter_page_register_exit(void) {
+    __cxa_at_quick_exit(quick_exit_handler, __dso_handle);
+}
+#else
+void counter_page_register_exit(void) {
     at_quick_exit(counter_page_at_exit);
 }
+#endif

@@ -7,7 +7,8 @@
  * thread that will publish. Nothing here allocates.
  *
  * Life cycle, for the caller:
- *   - at start:  counter_page_process_start() (from the library constructor),
+ *   - at start:  counter_page_register_exit() (from the library constructor),
+ *                counter_page_process_start() (at the first allocation),
  *                then, on the reclaim thread, counter_page_open(name) and
  *                counter_page_sweep()
  *   - each tick: fill a struct lull_counters, counter_page_publish(&c); and
@@ -97,10 +98,20 @@ int counter_page_sweep(void);
  * again. */
 bool counter_page_take_reopen(void);
 
-/* Once, from the library constructor: this process is lull's (a vfork
- * child, with another pid, then touches nothing), the C library's _exit and
- * exec functions are looked up for the wrappers, at_quick_exit is set. */
+/* Once, at the modules' start (the process's first allocation): this
+ * process is lull's (a vfork child, with another pid, then touches
+ * nothing), the C library's _exit and exec functions are looked up for the
+ * wrappers. */
 void counter_page_process_start(void);
+
+/* Once, from the library constructor: counter_page_at_exit() becomes a
+ * quick_exit handler. Not at the modules' start: that runs inside the
+ * process's first allocation, which may be the C library's own under its
+ * exit-handler lock (the 33rd atexit callocs a block holding it), and
+ * at_quick_exit takes that lock: the process hung there
+ * (tests/test_start_in_atexit.c). The handler does nothing in a process
+ * that never started (no page). */
+void counter_page_register_exit(void);
 
 /* The page's end at exit (atexit, at_quick_exit): no page is created from
  * now on (one being created is waited for), and the page is closed. */

@@ -85,4 +85,5 @@ LULL_FORK_EXEC_TEXT void lull_stats_publish_register(void) {
     lull_reclaim_thread_start_hook = publish_start;
     lull_reclaim_tick_hook = publish_tick;
     lull_register_module(&hooks);
+    counter_page_register_exit();
 }
