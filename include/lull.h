@@ -96,7 +96,10 @@ LULL_EXPORT void lull_thread_collect(void);
 /* Bind the calling thread's future allocations to a NUMA node (-1: back to
  * its current CPU's node). Returns 0, or a negative errno value: -EINVAL
  * for a node that is not present (the binding is unchanged), -ENOMEM if
- * the thread has no heap and none could be made. errno is not set. */
+ * the thread has no heap and none could be made. errno is not set. On a
+ * thread that is exiting (from a thread-specific data destructor that runs
+ * after lull's own), the node is checked and recorded but nothing moves:
+ * such a thread's allocations come from a heap shared by exiting threads. */
 LULL_EXPORT int lull_thread_set_node(int node);
 
 /* Active defragmentation (docs/defrag.md), as Redis and Valkey run it on

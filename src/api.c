@@ -44,6 +44,12 @@ LULL_EXPORT void lull_purge_all(void) {
 
 LULL_EXPORT int lull_thread_set_node(int node) {
     lull_ensure_init();
+    /* An exiting thread (a key destructor after lull's abandoned its heap)
+     * takes no heap: one taken in glibc's last destructor round is never
+     * abandoned, and is lost with the thread (test_set_node_exiting). Its
+     * allocations come from the late heap, whatever its node. */
+    if (lull_tl_heap == &lull_heap_empty && lull_heap_thread_done())
+        return home_node_set_thread(node);
     lull_heap *h = lull_heap_get_or_create();
     if (!h) return -ENOMEM;
     int err = home_node_set_thread(node);
