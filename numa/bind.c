@@ -91,6 +91,10 @@ int numa_bind_segment(void *addr, size_t len, int node, lull_numa_policy policy,
 
 void numa_segment_prepare(void *segment, size_t len, int node) {
     static _Atomic int reported;
+    /* Inside a malloc that goes on to succeed: a refused mbind or
+     * set_mempolicy_home_node (best effort both), or the message, must not
+     * leave its errno to the caller (test_numa_bind_errno) */
+    int saved = errno;
     int r = numa_bind_segment(segment, len, node, lull_config.numa, lull_config.numa_nodes);
     if (r < 0 && !atomic_exchange_explicit(&reported, 1, memory_order_relaxed)) {
         const char *e = strerrordesc_np(-r);
@@ -98,6 +102,7 @@ void numa_segment_prepare(void *segment, size_t len, int node) {
                      "pages go where the kernel puts them",
                      node, e ? e : "error");
     }
+    errno = saved;
 }
 
 void numa_bind_stats(struct numa_bind_stats *out) {
