@@ -7,7 +7,7 @@
 # kernel unpacks it as is). The program is every guest_*.c (the harness)
 # and every check_*.c (the checks) of this folder. Without --lib it is linked with lull's NUMA
 # sources (numa/topology.c, home_node.c, bind.c, base/fault.c,
-# base/message.c) and compiled with -DLULL_GUEST_NO_LIB=1, so a check file
+# base/message.c, base/text_file.c) and compiled with -DLULL_GUEST_NO_LIB=1, so a check file
 # that needs the whole allocator can compile itself out (#ifndef
 # LULL_GUEST_NO_LIB). With --lib, liblull.a (built with the same compiler)
 # is linked statically instead (whole archive, so its malloc replaces
@@ -37,7 +37,7 @@ libs=()
 if [ -z "$lib" ]; then
     cflags+=(-DLULL_GUEST_NO_LIB=1)
     sources+=("$src/numa/topology.c" "$src/numa/home_node.c" "$src/numa/bind.c"
-        "$src/base/fault.c" "$src/base/message.c")
+        "$src/base/fault.c" "$src/base/message.c" "$src/base/text_file.c")
 else
     uring=/usr/lib/x86_64-linux-gnu/liburing.a
     # --whole-archive: the program itself calls no malloc, so without it the
