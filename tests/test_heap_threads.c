@@ -11,6 +11,7 @@
 #include "src/reuse.h"
 #include "src/size_class.h"
 #include "src/span.h"
+#include "tests/support/heap_count.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -26,17 +27,6 @@
 #else
 #define SCALE 1
 #endif
-
-static void count_one(lull_heap *h, void *arg) {
-    (void)h;
-    (*(unsigned *)arg)++;
-}
-
-static unsigned heap_count(void) {
-    unsigned n = 0;
-    lull_heaps_foreach(count_one, &n);
-    return n;
-}
 
 static uint32_t segments(void) {
     return atomic_load(&lull_arenas[0].segment_count);

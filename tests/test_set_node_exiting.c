@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "src/heap.h"
+#include "tests/support/heap_count.h"
 
 #include <criterion/criterion.h>
 #include <limits.h>
@@ -39,17 +40,6 @@ static void *thread_main(void *arg) {
     lull_free(lull_malloc(64)); /* this thread's heap */
     pthread_setspecific(key, (void *)(intptr_t)1);
     return NULL;
-}
-
-static void count_one(lull_heap *h, void *arg) {
-    (void)h;
-    (*(unsigned *)arg)++;
-}
-
-static unsigned heap_count(void) {
-    unsigned n = 0;
-    lull_heaps_foreach(count_one, &n);
-    return n;
 }
 
 static void count_not_abandoned(lull_heap *h, void *arg) {

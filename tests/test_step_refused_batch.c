@@ -17,6 +17,7 @@
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim_steps.h"
 #include "src/span.h"
+#include "tests/support/own_arena.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -63,14 +64,8 @@ static void lock_runs(lull_segment *seg, unsigned extents) {
 
 Test(step_refused_batch, a_batch_of_refused_runs_does_not_end_the_step, .init = setup) {
     static lull_arena a;
-    memset(&a, 0, sizeof a);
-    pthread_mutex_init(&a.lock, NULL);
     lull_span *spans[SPANS];
-    for (int i = 0; i < SPANS; i++) {
-        bool zeroed;
-        spans[i] = lull_arena_alloc_span(&a, SPAN_SLICES, &zeroed);
-        cr_assert_not_null(spans[i]);
-    }
+    own_arena_fill(&a, spans, SPANS, SPAN_SLICES);
     cr_assert_eq(atomic_load(&a.segment_count), SEGMENTS);
     /* the segments in claim order (newest first) */
     lull_segment *seg[SEGMENTS];
@@ -85,11 +80,8 @@ Test(step_refused_batch, a_batch_of_refused_runs_does_not_end_the_step, .init = 
         lull_arena_free_span(spans[i]);
     cr_assert_eq(lull_arena_count_slices(&a, 0), (size_t)SEGMENTS * FREE_SLICES);
 
-    purge_backend b;
-    memset(&b, 0, sizeof b);
     lull_reclaim_stats st;
-    memset(&st, 0, sizeof st);
-    lull_step_slices(&b, &st, &a, 0, true, MADV_DONTNEED);
+    own_arena_purge_all(&a, &st);
     for (int i = 0; i < n_locked; i++)
         syscall(SYS_munlock, locked[i], 4096);
 

@@ -14,6 +14,7 @@
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim_steps.h"
 #include "src/span.h"
+#include "tests/support/own_arena.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -39,14 +40,8 @@ Test(step_refused_run, a_refused_run_does_not_end_the_step_early, .init = setup)
     _Static_assert((size_t)SPANS * SPAN_SLICES * LULL_SLICE_SIZE > LULL_STEP_BYTES,
                    "more dirty slices than one batch takes");
     static lull_arena a;
-    memset(&a, 0, sizeof a);
-    pthread_mutex_init(&a.lock, NULL);
     lull_span *spans[SPANS];
-    for (int i = 0; i < SPANS; i++) {
-        bool zeroed;
-        spans[i] = lull_arena_alloc_span(&a, SPAN_SLICES, &zeroed);
-        cr_assert_not_null(spans[i]);
-    }
+    own_arena_fill(&a, spans, SPANS, SPAN_SLICES);
     cr_assert_eq(atomic_load(&a.segment_count), 3);
     /* a locked page in LOCKED extents of the newest segment, which the
      * first batch claims first: the kernel refuses to purge their runs
@@ -63,11 +58,8 @@ Test(step_refused_run, a_refused_run_does_not_end_the_step_early, .init = setup)
     for (int i = 0; i < SPANS; i++)
         lull_arena_free_span(spans[i]);
 
-    purge_backend b;
-    memset(&b, 0, sizeof b);
     lull_reclaim_stats st;
-    memset(&st, 0, sizeof st);
-    lull_step_slices(&b, &st, &a, 0, true, MADV_DONTNEED);
+    own_arena_purge_all(&a, &st);
     for (int k = 0; k < LOCKED; k++)
         syscall(SYS_munlock, locked[k], 4096);
 
