@@ -55,13 +55,14 @@ LULL_EXPORT const char *lull_version(void);
  *     const char *lull_conf = "reclaim_cpu=3,purge_delay_ms=500";
  * read at start before the environment (which wins). */
 /* Configuration. Keys as in LULL_CONF (see docs/configuration.md):
- * purge_delay_ms, purge_mode, backend, refault_monitor, reclaim_cpu, numa,
- * numa_nodes, counter_page, verbose, strict_checks, warm_reserve_mb,
- * inline_purge, huge_cache_mb, huge_cache_idle_ms, heap_limit_mb. Returns false (after
- * one message on stderr) for an unknown key or a bad value. Keys that shape
- * start-up (backend, reclaim_cpu, numa, numa_nodes, counter_page,
- * refault_monitor) are refused once lull has started (before main): set
- * those in lull_conf or the environment. */
+ * purge_delay_ms, purge_mode, backend, refault_monitor, reclaim_cpu,
+ * reclaim_sched, numa, numa_nodes, counter_page, verbose, strict_checks,
+ * warm_reserve_mb, inline_purge, huge_cache_mb, huge_cache_idle_ms,
+ * heap_limit_mb, profile_sample_kb, thp. Returns false (after one message
+ * on stderr) for an unknown key or a bad value. Keys that shape start-up
+ * (backend, reclaim_cpu, reclaim_sched, numa, numa_nodes, counter_page,
+ * refault_monitor, profile_sample_kb, thp) are refused once lull has
+ * started (before main): set those in lull_conf or the environment. */
 LULL_EXPORT bool lull_configure(const char *key, const char *value);
 /* The purge delay may change at any time: -1 never purges, 0 purges as soon
  * as the reclaim thread sees a free slice, > 0 waits that many ms, -2 is the
