@@ -113,4 +113,14 @@ static inline lull_huge *lull_aligned_huge_of(const void *p) {
     return (lull_huge *)((uintptr_t)p - LULL_SEGMENT_SIZE);
 }
 
+/* The huge header of the huge block starting at p, over-aligned or not, or
+ * NULL for a block of a segment's spans. p must be lull's: its segment (or
+ * over-aligned block) is mapped. */
+static inline lull_huge *lull_huge_block_of(const void *p) {
+    lull_huge *h = lull_aligned_huge_of(p);
+    if (h) return h;
+    lull_segment *seg = (lull_segment *)((uintptr_t)p & ~LULL_SEGMENT_MASK);
+    return seg->magic == LULL_HUGE_MAGIC ? (lull_huge *)seg : NULL;
+}
+
 #endif

@@ -57,14 +57,12 @@ LULL_EXPORT bool lull_owns(const void *p) {
  * usable size otherwise). A large or huge block only: a small one records
  * no size, and is not kept. */
 static bool keep_shrunk(void *p, size_t size) {
-    lull_segment *seg = lull_segment_of(p);
-    lull_huge *h = lull_aligned_huge_of(p);
-    if (!h && seg->magic == LULL_HUGE_MAGIC) h = (lull_huge *)seg;
+    lull_huge *h = lull_huge_block_of(p);
     if (h) {
         h->size = size;
         return true;
     }
-    lull_span *span = lull_span_of(seg, p);
+    lull_span *span = lull_span_of(lull_segment_of(p), p);
     if (span->kind != LULL_SPAN_LARGE) return false;
     span->requested = size;
     return true;
@@ -78,9 +76,8 @@ static bool keep_shrunk(void *p, size_t size) {
  * block's realloc takes no lock. */
 static void resized_in_place(void *p, size_t size) {
     if (__builtin_expect(lull_profile_interval_now() == 0, 1)) return;
-    lull_segment *seg = lull_segment_of(p);
-    if (!lull_aligned_huge_of(p) && seg->magic != LULL_HUGE_MAGIC) {
-        lull_span *span = lull_span_of(seg, p);
+    if (!lull_huge_block_of(p)) {
+        lull_span *span = lull_span_of(lull_segment_of(p), p);
         if (__atomic_load_n(&span->kind, __ATOMIC_ACQUIRE) != LULL_SPAN_LARGE || !span->sampled)
             return;
     }
@@ -98,8 +95,7 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
      * the next malloc takes too) */
     size_t usable = lull_check_live_block("realloc()", p);
     if (size > usable && size > LULL_LARGE_MAX) {
-        lull_huge *h = lull_aligned_huge_of(p);
-        if (!h && lull_segment_of(p)->magic == LULL_HUGE_MAGIC) h = (lull_huge *)lull_segment_of(p);
+        lull_huge *h = lull_huge_block_of(p);
         if (h && lull_huge_grow_in_place(h, size)) {
             h->size = size;
             resized_in_place(p, size);

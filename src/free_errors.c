@@ -48,8 +48,7 @@ void lull_check_sized_free(const char *who, void *p, size_t alignment, size_t si
      * half of it (lull_realloc): free_sized() then gets that size, which
      * on its own may ask for a smaller class or kind */
     if (size >= usable / 2) return;
-    lull_huge *huge = lull_aligned_huge_of(p);
-    if (!huge && seg->magic != LULL_SEGMENT_MAGIC) huge = (lull_huge *)seg;
+    lull_huge *huge = lull_huge_block_of(p);
     if (huge) {
         /* the size it was asked for, or a shrinking realloc that found no
          * memory for a smaller block kept it for (entry.c) */
