@@ -43,8 +43,8 @@ void lull_policy_record_purge(lull_policy *p, uint32_t slices) {
 }
 
 void lull_policy_set_memory_short(lull_policy *p, bool is_short) {
-    __atomic_store_n(&p->memory_short, is_short,
-                     __ATOMIC_RELAXED); /* read on other threads (tests) */
+    /* atomic: read on other threads (tests) */
+    __atomic_store_n(&p->memory_short, is_short, __ATOMIC_RELAXED);
 }
 
 static void recompute(lull_policy *p) {
