@@ -91,15 +91,20 @@ static const int map_prot = PROT_READ | PROT_WRITE;
 static const int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
 /* len bytes at the next free 32 MiB boundaries of a range (the segments'
- * or the huge blocks'), whose next hint advances by `range`; at most `attempts` boundaries are
- * tried. NULL with errno EEXIST when they were taken (or an old kernel ignored MAP_FIXED_NOREPLACE
- * and placed the mapping off a boundary: that one is never touched, never unmapped, and counted as
- * slack) or refused with ENOMEM (a limit, or a range past the address space's end: the caller maps
- * anywhere then, which fails too at a limit), ENOMEM for any other error. */
-static void *map_at_next_boundary(placement *place, size_t len, size_t range, int attempts) {
+ * or the huge blocks'), whose next hint advances by `range`, placed so that
+ * the mapping's start plus `at` is a multiple of `align` (a power of two of
+ * 32 MiB or more; range holds len and that shift); at most `attempts`
+ * boundaries are tried. NULL with errno EEXIST when they were taken (or an
+ * old kernel ignored MAP_FIXED_NOREPLACE and placed the mapping off a
+ * boundary: that one is never touched, never unmapped, and counted as
+ * slack) or refused with ENOMEM (a limit, or a range past the address
+ * space's end: the caller maps anywhere then, which fails too at a limit),
+ * ENOMEM for any other error. */
+static void *map_at_next_boundary(placement *place, size_t len, size_t range, int attempts,
+                                  size_t align, size_t at) {
     for (int attempt = 0; attempt < attempts; attempt++) {
         uintptr_t hint = atomic_fetch_add(&place->next, range);
-        if (place->hi && hint + len > place->hi) {
+        if (place->hi && hint + range > place->hi) {
             /* past the region: start over (a thread that raced this one
              * past it starts over too, and one of the two finds the first
              * boundary taken) */
@@ -107,10 +112,11 @@ static void *map_at_next_boundary(placement *place, size_t len, size_t range, in
             atomic_compare_exchange_strong(&place->next, &expected, place->lo + range);
             hint = place->lo;
         }
+        hint = align_up(hint + at, align) - at;
         void *p = mmap((void *)hint, len, map_prot, map_flags | MAP_FIXED_NOREPLACE, -1, 0);
         if (p == (void *)hint) return p;
         if (p != MAP_FAILED) {
-            if (((uintptr_t)p & LULL_SEGMENT_MASK) == 0) return p;
+            if ((((uintptr_t)p + at) & (align - 1)) == 0) return p;
             atomic_fetch_add(&lull_os_slack_bytes, len);
             errno = EEXIST;
             return NULL;
@@ -137,7 +143,8 @@ void *lull_os_segment_map(void) {
     /* boundaries found taken on the way (EEXIST) are no failure of the
      * caller's malloc(): a segment made leaves errno as it was */
     int saved = errno;
-    void *seg = map_at_next_boundary(&segments_place, LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16);
+    void *seg = map_at_next_boundary(&segments_place, LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 16,
+                                     LULL_SEGMENT_SIZE, 0);
     if (seg) {
         errno = saved;
         return seg;
@@ -163,15 +170,17 @@ void lull_os_huge_region(uintptr_t *lo, uintptr_t *hi) {
     *hi = huge_place.hi;
 }
 
-void *lull_os_huge_map_aligned(size_t len) {
-    if (lull_fault(LULL_FAULT_MMAP) || len > LULL_MAX_ALLOC + LULL_SEGMENT_SIZE) {
+void *lull_os_huge_map_aligned(size_t len, size_t align, size_t at) {
+    if (lull_fault(LULL_FAULT_MMAP) || len > LULL_MAX_ALLOC + LULL_SEGMENT_SIZE ||
+        align > LULL_MAX_ALLOC) {
         errno = ENOMEM;
         return NULL;
     }
     /* the boundaries up to the next one after the block stay unmapped: room
      * to grow in place (lull_huge_grow_in_place), and no address space or
-     * commit charge */
-    return map_at_next_boundary(&huge_place, len, align_up(len, LULL_SEGMENT_SIZE), 4);
+     * commit charge; a larger alignment's shift takes range, not mapping */
+    size_t range = align_up(len, LULL_SEGMENT_SIZE) + (align > LULL_SEGMENT_SIZE ? align : 0);
+    return map_at_next_boundary(&huge_place, len, range, 4, align, at);
 }
 
 void *lull_os_huge_map(size_t len, void **base, size_t *map_len) {

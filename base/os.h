@@ -14,9 +14,11 @@ void *lull_os_segment_map(void);
 /* A mapping of exactly len bytes at a 32 MiB boundary, for a huge block
  * whose header starts it, placed as segments are but in a region of its
  * own (the next free boundaries of the huge blocks' range, above the
- * segments'). NULL with errno EEXIST when that range has no room (the
- * caller then maps with slack), ENOMEM at a limit. */
-void *lull_os_huge_map_aligned(size_t len);
+ * segments'), with its start plus `at` a multiple of `align` (a power of
+ * two, 32 MiB or more: a block aligned past a segment). NULL with errno
+ * EEXIST when that range has no room (the caller then maps with slack),
+ * ENOMEM at a limit. */
+void *lull_os_huge_map_aligned(size_t len, size_t align, size_t at);
 /* A mapping of len bytes for a huge block (the caller places its aligned
  * header inside; the slack around it is address space only, never touched).
  * Returns the base, also through *base / *map_len; NULL with errno ENOMEM. */

@@ -104,12 +104,18 @@ static void *huge_alloc(size_t size, size_t alignment, bool *zeroed, int node, b
     /* At a free 32 MiB boundary, the block's own size and no more. Mapped
      * anywhere with 32 MiB of slack to find the boundary in, a 20 MiB block
      * took 2.6 times its size in address space and commit charge: lull fit
-     * 6 of them under an RLIMIT_AS of 400 MB where glibc fit 19. The slack
-     * stays the fallback (and what larger alignments need). */
+     * 6 of them under an RLIMIT_AS of 400 MB where glibc fit 19. A block
+     * aligned past a segment is placed at a boundary its header is a
+     * segment below: with the alignment's slack, aligned_alloc(1 GiB, 100)
+     * took 2 GiB of address space a block, and a loop of it and free()
+     * outran the reclaim thread's unmaps to ENOMEM at 128 TiB (222,804
+     * blocks). The slack stays the fallback. */
     bool failed = false;
     if (alignment <= LULL_SEGMENT_SIZE) {
-        base = lull_os_huge_map_aligned(need);
+        base = lull_os_huge_map_aligned(need, LULL_SEGMENT_SIZE, 0);
         failed = !base && errno == ENOMEM;
+    } else { /* its region's hints may run past the address space: the slack */
+        base = lull_os_huge_map_aligned(need, alignment, LULL_SEGMENT_SIZE);
     }
     if (!base && !failed) failed = !lull_os_huge_map(need + slack, &base, &map_len);
     if (failed) {

@@ -147,7 +147,7 @@ Test(segment_run, the_huge_hint_starts_over_at_its_region_end, .init = warm) {
     uintptr_t last = 0;
     bool wrapped = false;
     for (size_t i = 0; i < rounds; i++) {
-        void *p = lull_os_huge_map_aligned(LULL_SEGMENT_SIZE);
+        void *p = lull_os_huge_map_aligned(LULL_SEGMENT_SIZE, LULL_SEGMENT_SIZE, 0);
         cr_assert_not_null(p, "mapping %zu of %zu failed (errno %d)", i, rounds, errno);
         cr_assert((uintptr_t)p >= lo && (uintptr_t)p + LULL_SEGMENT_SIZE <= hi,
                   "mapping %zu at %p outside [%#lx, %#lx)", i, p, (unsigned long)lo,
