@@ -14,22 +14,42 @@
  * word in the slot as long as that word is LAZY. */
 static uint32_t lazy_since_ms[LULL_HUGE_CACHE_SLOTS];
 
-/* Purge everything after the header page (it describes the mapping until
- * the unmap) in ranges of at most PURGE_RANGE_MAX; true if all succeeded. */
-static bool purge_mapping(struct purge_backend *b, lull_huge *h, int advice) {
-    char *from = (char *)h + LULL_PAGE_SIZE;
-    size_t len = (size_t)((char *)h->map_base + h->map_len - from);
-    purge_range ranges[PURGE_RING_ENTRIES];
-    size_t n = 0;
+/* Queue [from, from + len) in ranges of at most PURGE_RANGE_MAX, running
+ * the ring when full; false if a purge failed. */
+static bool purge_in_ranges(struct purge_backend *b, char *from, size_t len, int advice,
+                            purge_range *ranges, size_t *n) {
     bool ok = true;
     for (size_t off = 0; off < len; off += PURGE_RANGE_MAX) {
         size_t l = len - off < PURGE_RANGE_MAX ? len - off : PURGE_RANGE_MAX;
-        ranges[n++] = (purge_range){from + off, l};
-        if (n == PURGE_RING_ENTRIES || off + l == len) {
-            ok &= purge_backend_run(b, ranges, n, advice, NULL) == n;
-            n = 0;
+        ranges[(*n)++] = (purge_range){from + off, l};
+        if (*n == PURGE_RING_ENTRIES) {
+            ok &= purge_backend_run(b, ranges, *n, advice, NULL) == *n;
+            *n = 0;
         }
     }
+    return ok;
+}
+
+/* Purge what of the mapping may have been touched, after the header page
+ * (it describes the mapping until the unmap): the rest of the header slice
+ * and the block's room; true if all succeeded. The slack (before the
+ * header, between its slice and a block aligned further on, after the
+ * room: numa/huge.h) was never touched: purged too, a block aligned to
+ * 1 GiB cost 64 madvise ranges of nothing before its unmap. */
+static bool purge_mapping(struct purge_backend *b, lull_huge *h, int advice) {
+    purge_range ranges[PURGE_RING_ENTRIES];
+    size_t n = 0;
+    char *block = (char *)h + h->block_offset;
+    bool ok;
+    if (h->block_offset == LULL_HUGE_HEADER_BYTES) {
+        ok = purge_in_ranges(b, (char *)h + LULL_PAGE_SIZE,
+                             block + h->usable - (char *)h - LULL_PAGE_SIZE, advice, ranges, &n);
+    } else {
+        ok = purge_in_ranges(b, (char *)h + LULL_PAGE_SIZE, LULL_HUGE_HEADER_BYTES - LULL_PAGE_SIZE,
+                             advice, ranges, &n);
+        ok &= purge_in_ranges(b, block, h->usable, advice, ranges, &n);
+    }
+    if (n) ok &= purge_backend_run(b, ranges, n, advice, NULL) == n;
     return ok;
 }
 
