@@ -76,7 +76,8 @@ extern void (*lull_reclaim_collect_hook)(void);
  * process has run LULL_RECLAIM_START_AFTER_MS without needing it (its
  * counter page is due a second later). The start points are where the
  * calling thread is in no half-done heap update: a span about to be taken
- * from an arena, malloc's slow path, lull_thread_collect(), an allocation
+ * from an arena, a large or huge allocation (an aligned huge block takes
+ * no span, and need not pass through malloc's slow path), malloc's slow path, lull_thread_collect(), an allocation
  * over the heap limit (it asks for a purge, base/resident.h). Never a
  * free of any size (session 22): glibc frees the TLS vectors of cached
  * thread stacks holding its stack cache's lock, which pthread_create
