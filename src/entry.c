@@ -153,8 +153,14 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_aligned_alloc(size_t alignment, size_t si
 
 LULL_EXPORT LULL_ENTRY_TEXT int lull_posix_memalign(void **out, size_t alignment, size_t size) {
     if (!power_of_two(alignment) || alignment % sizeof(void *)) return EINVAL;
+    /* the error is the result: errno stays the caller's (GCC keeps it in a
+     * register across the call) */
+    int caller_errno = errno;
     void *p = lull_aligned_alloc(alignment, size);
-    if (!p) return ENOMEM;
+    if (!p) {
+        errno = caller_errno;
+        return ENOMEM;
+    }
     *out = p;
     return 0;
 }

@@ -197,6 +197,34 @@ Test(malloc_api, impossible_sizes_are_enomem, .init = init) {
     lull_free(p);
 }
 
+/* posix_memalign reports its error in its result and leaves errno as it
+ * was (the Linux manual: "The value of errno is not set"). GCC counts on
+ * that: it keeps errno in a register across a call of posix_memalign, so a
+ * caller's check of errno after one saw the old value or lull's ENOMEM
+ * depending on the optimisation level. glibc 2.36 sets ENOMEM too. */
+Test(malloc_api, a_failed_posix_memalign_leaves_errno_alone, .init = init) {
+    static const struct {
+        size_t alignment, size;
+    } cases[] = {
+        {64, SIZE_MAX},        {4096, (size_t)1 << 62}, {(size_t)1 << 62, 64},
+        {(size_t)1 << 63, 64}, {(size_t)1 << 47, 0},    {8, ((size_t)1 << 46) + 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        void *q = (void *)1;
+        errno = EDOM;
+        int rc = lull_posix_memalign(&q, cases[k].alignment, cases[k].size);
+        cr_assert_eq(rc, ENOMEM, "posix_memalign(%#zx, %#zx) = %d", cases[k].alignment,
+                     cases[k].size, rc);
+        cr_assert_eq(errno, EDOM, "posix_memalign(%#zx, %#zx) set errno to %d", cases[k].alignment,
+                     cases[k].size, errno);
+        cr_assert_eq(q, (void *)1);
+    }
+    errno = EDOM;
+    void *q = (void *)1;
+    cr_assert_eq(lull_posix_memalign(&q, 3, 64), EINVAL);
+    cr_assert_eq(errno, EDOM);
+}
+
 /* ---- realloc ------------------------------------------------------------ */
 
 Test(malloc_api, realloc_null_is_malloc_and_zero_frees, .init = init) {
