@@ -36,7 +36,11 @@ LULL_EXPORT void *lull_reallocarray(void *p, size_t count, size_t size);
 LULL_EXPORT void lull_free(void *p);
 /* Free with the size that was asked for; lull checks that a request of
  * that size would have been given this block (same size class) and aborts
- * on a mismatch. */
+ * on a mismatch. As C23 has it, free_sized is for blocks of malloc, calloc
+ * and realloc; an aligned block (aligned_alloc, posix_memalign, memalign,
+ * valloc, pvalloc) is freed with free_aligned_sized and its alignment:
+ * free_sized of one aborts when the size alone would give another class
+ * (free_sized(valloc(10), 10) does). */
 LULL_EXPORT void lull_free_sized(void *p, size_t size);
 LULL_EXPORT void lull_free_aligned_sized(void *p, size_t alignment, size_t size);
 LULL_EXPORT void *lull_aligned_alloc(size_t alignment, size_t size) LULL_MALLOC_ATTR;
