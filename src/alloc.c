@@ -410,6 +410,7 @@ void *lull_calloc_generic(size_t size) {
 /* Frees of large and huge blocks, and remote small frees by a thread that
  * has no heap (any thread; the others are counted on the freeing heap). */
 _Atomic uint64_t lull_other_frees;
+_Atomic uint64_t lull_other_allocs; /* realloc's kept blocks on a thread with no heap */
 
 static bool kept_by_someone(const lull_block *b, const lull_span *span);
 

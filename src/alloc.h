@@ -41,6 +41,10 @@ void lull_free_local_checked(lull_block *b, lull_span *span, lull_heap *h);
 /* After a local free made the span empty, or freed into a full span. */
 void lull_free_local_tail(lull_heap *h, lull_span *span);
 void lull_free_not_segment(void *p);
+/* The statistics' counts made on no heap (stats.c adds them to the heaps'):
+ * frees of large and huge blocks, remote small frees by a thread with no
+ * heap, and both counts of a block realloc() kept on such a thread. */
+extern _Atomic uint64_t lull_other_frees, lull_other_allocs;
 /* Aborts, `who` naming the call ("realloc()"), unless p is the start of a
  * block in use: not lull's, inside a block, or a block that is freed (a
  * huge one's flag, the thread's deferred free, a small block found on a

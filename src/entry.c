@@ -68,6 +68,22 @@ static bool keep_shrunk(void *p, size_t size) {
     return true;
 }
 
+/* realloc() kept p: counted as a move is, the free of the old block and
+ * the allocation of the new one, so that malloc_count counts every realloc
+ * that returns a block and malloc_count - free_count stays the blocks
+ * live. A block kept was in neither count, and a program whose reallocs
+ * grew in place showed no allocation calls (tests/test_realloc_counted.c). */
+static void count_kept(void) {
+    lull_heap *h = lull_tl_heap;
+    if (h != &lull_heap_empty) { /* the owner's counters: plain stores */
+        h->allocs++;
+        h->frees++;
+        return;
+    }
+    atomic_fetch_add_explicit(&lull_other_allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&lull_other_frees, 1, memory_order_relaxed);
+}
+
 /* realloc() kept p for `size` bytes: a sampled block's sample now counts
  * that size in use (a sample keeps the size it was taken with otherwise,
  * and inuse_space showed a 40 MiB block grown in place to 100 MiB as 40
@@ -99,6 +115,7 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
         if (h && lull_huge_grow_in_place(h, size)) {
             h->size = size;
             resized_in_place(p, size);
+            count_kept();
             return p;
         }
     }
@@ -108,6 +125,7 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
      * kept whole for a small size stayed resident for good */
     if (size <= usable && size >= usable / 2) {
         resized_in_place(p, size);
+        count_kept();
         return p;
     }
     int saved = errno;
@@ -119,6 +137,7 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
          * (tests/test_realloc_shrink_limit.c) */
         if (size <= usable && keep_shrunk(p, size)) {
             resized_in_place(p, size);
+            count_kept();
             errno = saved;
             return p;
         }

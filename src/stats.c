@@ -11,6 +11,7 @@
 #include "reclaim/reclaim.h"
 #include "reclaim/refault.h"
 #include "base/config.h"
+#include "src/alloc.h"
 #include "src/heap.h"
 #include "src/init.h"
 #include "numa/huge.h"
@@ -136,8 +137,6 @@ static void add_acct(struct lull_counters_accounting *to,
     to->metadata += a->metadata;
 }
 
-extern _Atomic uint64_t lull_other_frees;
-
 static void count_heap_stats(lull_heap *h, void *arg) {
     struct lull_counters *out = arg;
     RACY_READS_BEGIN();
@@ -236,6 +235,7 @@ void lull_stats_collect(struct lull_counters *out) {
     if (b || r.start_failed) out->refault_mechanism = lull_refault_fill_counters(out);
     lull_heaps_foreach(count_heap_stats, out);
     out->free_count += atomic_load_explicit(&lull_other_frees, memory_order_relaxed);
+    out->malloc_count += atomic_load_explicit(&lull_other_allocs, memory_order_relaxed);
     lull_config_format(out->config, sizeof out->config);
     lull_thp_counters t;
     lull_thp_read(&t);

@@ -215,8 +215,11 @@ struct lull_counters {
     uint64_t purge_mode;        /* enum lull_counters_purge_mode in use */
     uint64_t purge_delay_ms;    /* purge delay in force now (auto mode moves it);
                                  * LULL_COUNTERS_DELAY_NEVER if purging is off */
-    uint64_t malloc_count;      /* count: allocation calls (malloc, calloc, realloc, ...) */
-    uint64_t free_count;        /* count: free calls (free, realloc to 0, ...) */
+    uint64_t malloc_count;      /* count: allocation calls (malloc, calloc, new, ...), each
+                                 * realloc that returns a block among them, moved or kept */
+    uint64_t free_count;        /* count: free calls (free, delete, realloc to 0, ...), and
+                                 * each realloc's old block, moved or kept: malloc_count -
+                                 * free_count is the blocks live */
     uint64_t reclaim_cpu_ns;    /* count: CPU time of the reclaim thread, ns */
     uint64_t reclaim_ticks;     /* count: reclaim thread ticks (wake-ups that did work) */
 
