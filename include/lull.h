@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -161,6 +162,53 @@ struct lull_counters;
 LULL_EXPORT int lull_stats(struct lull_counters *out);
 /* A readable summary, like malloc_stats(), to fd (2 if fd < 0). */
 LULL_EXPORT void lull_print_stats(int fd);
+
+/* glibc's <malloc.h> calls, answered from lull's heap. Builds that replace
+ * malloc (LULL_OVERRIDE, the default) export them under glibc's names
+ * too: malloc_trim, mallinfo2, mallinfo, malloc_stats (lull_print_stats(2))
+ * and malloc_info, in liblull.so and liblull.a alike.
+ *
+ * lull_malloc_trim (malloc_trim): give every free byte back now, as
+ * lull_purge_all() (the reclaim thread purges; the caller waits). Returns 1
+ * if memory went back to the kernel during the call (purged or unmapped,
+ * also by the reclaim thread's own tick meanwhile), else 0. `pad` is
+ * ignored: glibc keeps pad bytes at the top of its heap, and lull's heap
+ * has no top (32 MiB segments and huge mappings); the free memory it
+ * keeps ready is the warm reserve (warm_reserve_mb), drained here too. */
+LULL_EXPORT int lull_malloc_trim(size_t pad);
+
+/* glibc's struct mallinfo2, field for field, filled from the accounting
+ * identity (lull/counters.h). It counts memory that may be resident (the
+ * purged term is in no field), so arena shrinks when lull gives memory
+ * back; arena == uordblks + fordblks always, and hblkhd is apart. */
+struct lull_mallinfo2 {
+    size_t arena;    /* bytes lull holds outside live huge blocks, but purged ones */
+    size_t ordblks;  /* 0: lull keeps no list of free chunks to count */
+    size_t smblks;   /* 0: no fastbins */
+    size_t hblks;    /* live huge blocks (over 16 MiB, a mapping each) */
+    size_t hblkhd;   /* their bytes: blocks and header slices */
+    size_t usmblks;  /* 0, as in glibc */
+    size_t fsmblks;  /* 0: no fastbins */
+    size_t uordblks; /* in use: live small and large blocks (usable size), size-class
+                      * rounding and span tails, lull's metadata */
+    size_t fordblks; /* free and resident: free blocks of spans in use, dirty free
+                      * slices, slices being purged, the warm reserve */
+    size_t keepcost; /* what lull_malloc_trim() gives back of fordblks: all but the
+                      * free blocks of spans in use (dirty, purging, warm) */
+};
+/* mallinfo2(); mallinfo() has the same figures as int, each saturated at
+ * INT_MAX (glibc's wraps past 2 GiB). Walks every segment, as lull_stats()
+ * does, but never starts the reclaim thread. */
+LULL_EXPORT struct lull_mallinfo2 lull_mallinfo2(void);
+
+/* malloc_info(): an XML document on fp, <malloc version="1"> with a <heap>
+ * per NUMA node (its identity terms) and glibc's totals (<total
+ * type="rest"> free, <total type="mmap"> the huge blocks, <system
+ * type="current"> resident, <aspace type="total"> mapped), then the
+ * mallinfo2 figures and the identity (docs/architecture.md, "glibc's malloc
+ * calls"). 0; EINVAL (with errno EINVAL) if options is not 0 or fp is
+ * NULL, as glibc returns it; -1 if writing failed. */
+LULL_EXPORT int lull_malloc_info(int options, FILE *fp);
 
 #ifdef __cplusplus
 }

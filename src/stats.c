@@ -145,9 +145,9 @@ static void count_heap_stats(lull_heap *h, void *arg) {
     RACY_READS_END();
 }
 
-void lull_stats_collect(struct lull_counters *out) {
-    memset(out, 0, sizeof *out);
-    out->page_size = LULL_PAGE_SIZE;
+/* The identity's terms, per node and in total, added into out (zeroed);
+ * and, when huge is not NULL, the live huge blocks' terms they hold. */
+static void account(struct lull_counters *out, lull_stats_huge *huge) {
     int nodes = lull_arena_count;
     out->node_count = (uint64_t)nodes;
     /* cached huge mappings: one word each, read once (reclaim/huge_cache.h) */
@@ -165,6 +165,11 @@ void lull_stats_collect(struct lull_counters *out) {
         lull_huge_accounting *h = &lull_huge_acct[n];
         uint64_t live = atomic_load(&h->live), meta = atomic_load(&h->metadata);
         uint64_t slack = atomic_load(&h->slack), freed = atomic_load(&h->freed);
+        if (huge) {
+            huge->blocks += meta / LULL_HUGE_HEADER_BYTES; /* one header a live block */
+            huge->live += live;
+            huge->metadata += meta;
+        }
         node->acct.mapped += live + meta + slack + freed;
         node->acct.live += live;
         node->acct.metadata += meta;
@@ -192,6 +197,12 @@ void lull_stats_collect(struct lull_counters *out) {
     out->nodes[0].acct.purged += slack;
     for (int n = 0; n < nodes; n++)
         add_acct(&out->total, &out->nodes[n].acct);
+}
+
+void lull_stats_collect(struct lull_counters *out) {
+    memset(out, 0, sizeof *out);
+    out->page_size = LULL_PAGE_SIZE;
+    account(out, NULL);
 
     lull_reclaim_stats r;
     lull_reclaim_get_stats(&r);
@@ -255,12 +266,35 @@ void lull_stats_collect(struct lull_counters *out) {
     };
 }
 
+/* the caller's last free counts as done (src/alloc.h, the deferred free):
+ * a program that frees and then reads its counters sees it */
+static void settle_own_free(void) {
+    lull_ensure_init();
+    if (lull_tl_heap != &lull_heap_empty) lull_heap_free_deferred(lull_tl_heap);
+}
+
+void lull_stats_memory(struct lull_counters *out, lull_stats_huge *huge) {
+    settle_own_free();
+    memset(out, 0, sizeof *out);
+    out->page_size = LULL_PAGE_SIZE;
+    memset(huge, 0, sizeof *huge);
+    account(out, huge);
+}
+
+uint64_t lull_stats_given_back(void) {
+    lull_reclaim_stats r;
+    lull_reclaim_get_stats(&r);
+    const purge_backend *b = lull_reclaim_backend();
+    /* what the counter page reports as purge_bytes[] and huge_unmapped_bytes */
+    uint64_t bytes = r.caller_purge_bytes + r.huge_freed_bytes;
+    for (int k = 1; b && k < PURGE_KIND_COUNT; k++)
+        bytes += purge_backend_counter(&b->per_kind[k].bytes);
+    return bytes;
+}
+
 LULL_EXPORT int lull_stats(struct lull_counters *out) {
     if (!out) return -1;
-    lull_ensure_init();
-    /* the caller's last free counts as done (src/alloc.h, the deferred
-     * free): a program that frees and then reads its counters sees it */
-    if (lull_tl_heap != &lull_heap_empty) lull_heap_free_deferred(lull_tl_heap);
+    settle_own_free();
     lull_stats_collect(out);
     out->magic = LULL_COUNTERS_MAGIC;
     out->abi_version = LULL_COUNTERS_ABI_VERSION;

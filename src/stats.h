@@ -12,4 +12,20 @@
 
 void lull_stats_collect(struct lull_counters *out);
 
+/* The live huge blocks, and what they hold of the identity's live and
+ * metadata terms (a header slice each). */
+typedef struct lull_stats_huge {
+    uint64_t blocks, live, metadata;
+} lull_stats_huge;
+/* The identity only (out->node_count, nodes[].acct and total, the rest 0),
+ * after the calling thread's deferred free: the memory figures of
+ * lull_stats() without the reclaim thread's (which start it), for
+ * mallinfo2(). *huge: the live huge blocks' part of them. */
+void lull_stats_memory(struct lull_counters *out, lull_stats_huge *huge);
+/* Bytes given back to the kernel so far: purged by any backend or by a
+ * caller of lull_purge_all(), and huge mappings unmapped (the counter
+ * page's purge_bytes[] and huge_unmapped_bytes). Starts the reclaim thread,
+ * as the statistics do. */
+uint64_t lull_stats_given_back(void);
+
 #endif

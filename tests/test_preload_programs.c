@@ -802,7 +802,8 @@ Test(preload, cxx_newdelete) {
 struct bindings {
     const char *const *syms; /* in: the symbols to check */
     size_t nsyms;
-    const char *from; /* in: a library whose bindings of syms[0] must be seen, e.g. "/libc.so.6" */
+    const char *from;    /* in: a library whose bindings of syms[0] must be seen, e.g. "/libc.so.6"
+                          * (NULL: none) */
     bool prog_bound[16]; /* out: the program's binding of syms[i] was logged */
     bool from_bound;     /* out: the library's binding of syms[0] was logged */
 };
@@ -837,7 +838,7 @@ static void check_bindings(const char *prog, const char *const *argv, struct bin
     char *log = ld_debug_log();
 
     char from[64];
-    snprintf(from, sizeof from, "%s [", b->from);
+    snprintf(from, sizeof from, "%s [", b->from ? b->from : "");
     for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
         char *bf = strstr(line, "binding file ");
         if (!bf) continue;
@@ -858,14 +859,16 @@ static void check_bindings(const char *prog, const char *const *argv, struct bin
             bf += strlen("binding file ");
             if (!strncmp(bf, prog, strlen(prog)) && bf[strlen(prog)] == ' ')
                 b->prog_bound[i] = true;
-            if (strstr(bf, from) && i == 0) b->from_bound = true;
+            if (b->from && strstr(bf, from) && i == 0) b->from_bound = true;
         }
     }
     for (size_t i = 0; i < b->nsyms; i++)
         cr_expect(b->prog_bound[i],
                   "no binding of the program's %s was logged (program %s, log %s)", b->syms[i],
                   prog, tmp_dir());
-    cr_expect(b->from_bound, "%s's own %s calls are not bound to the library", b->from, b->syms[0]);
+    if (b->from)
+        cr_expect(b->from_bound, "%s's own %s calls are not bound to the library", b->from,
+                  b->syms[0]);
     free(log);
     run_free(&r);
 }
@@ -880,6 +883,66 @@ Test(preload, allocator_symbols_bind_to_the_library) {
                                        "memalign", "valloc",         "malloc_usable_size"};
     struct bindings b = {.syms = syms, .nsyms = sizeof syms / sizeof syms[0], .from = "/libc.so.6"};
     check_bindings(prog, argv, &b);
+    g_passed = true;
+}
+
+/* glibc's <malloc.h> calls of a program that knows nothing of lull come
+ * from the library too (src/glibc_malloc.c). */
+Test(preload, glibc_malloc_calls_bind_to_the_library) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX];
+    built_program(prog, sizeof prog, "glibc_calls");
+    /* LD_BIND_NOW binds every call at start: none need be made (and
+     * malloc_stats would talk on stderr, which assert_preloaded refuses) */
+    const char *const argv[] = {prog, "--bind-only", NULL};
+    static const char *const syms[] = {"malloc_trim", "mallinfo2", "mallinfo", "malloc_stats",
+                                       "malloc_info"};
+    struct bindings b = {.syms = syms, .nsyms = sizeof syms / sizeof syms[0]};
+    check_bindings(prog, argv, &b);
+    g_passed = true;
+}
+
+/* The figure `key` of tests/programs/glibc_calls.c's output ("key value"). */
+static unsigned long long figure(const char *out, const char *key) {
+    char want[64];
+    snprintf(want, sizeof want, "\n%s ", key);
+    const char *at = !strncmp(out, want + 1, strlen(want + 1)) ? out - 1 : strstr(out, want);
+    cr_assert_not_null(at, "no %s in the output:\n%s", key, out);
+    return strtoull(at + strlen(want), NULL, 10);
+}
+
+/* What those calls answer under the preload: lull's heap. Purging is off,
+ * so only the trim gives the 40 MiB block and the small blocks back: it
+ * says so (1) and RSS drops over it; glibc's would return whatever its
+ * main arena had, with the block unmapped at its free. */
+Test(preload, glibc_malloc_calls_describe_lull_s_heap) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX];
+    built_program(prog, sizeof prog, "glibc_calls");
+    const char *const argv[] = {prog, NULL};
+    const char *const env[] = {"LULL_CONF=purge_delay_ms=never", NULL};
+    struct run r = {.argv = argv, .env = env, .preload = true, .timeout_s = 60, .tag = "glibc"};
+    run_program(&r);
+    assert_clean_exit(&r);
+    assert_preloaded(&r);
+    const unsigned long long big = 40ull << 20, small = 512ull * 4000;
+    cr_expect_geq(figure(r.out, "held_uordblks"), figure(r.out, "start_uordblks") + small);
+    cr_expect_geq(figure(r.out, "held_hblkhd"), figure(r.out, "start_hblkhd") + big);
+    cr_expect_eq(figure(r.out, "held_hblks"), figure(r.out, "start_hblks") + 1);
+    cr_expect_eq(figure(r.out, "held_int_hblkhd"), figure(r.out, "held_hblkhd"));
+    cr_expect_eq(figure(r.out, "held_arena"),
+                 figure(r.out, "held_uordblks") + figure(r.out, "held_fordblks"));
+    cr_expect_leq(figure(r.out, "freed_uordblks") + small, figure(r.out, "held_uordblks"));
+    cr_expect_eq(figure(r.out, "trim"), 1, "malloc_trim(0) after 42 MiB were freed");
+    cr_expect_leq(figure(r.out, "rss_after_trim") + big, figure(r.out, "rss_before_trim"),
+                  "RSS did not drop by the 40 MiB block over the trim:\n%s", r.out);
+    cr_expect_lt(figure(r.out, "trimmed_keepcost"), big);
+    cr_expect_not_null(strstr(r.out, "<malloc version=\"1\" allocator=\"lull\""),
+                       "malloc_info wrote:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "</malloc>\n"), "malloc_info wrote:\n%s", r.out);
+    cr_expect_not_null(strstr(r.err, ": mapped "), "malloc_stats wrote:\n%s", r.err);
+    cr_expect_null(strstr(r.err, "Arena 0:"), "glibc's malloc_stats:\n%s", r.err);
+    run_free(&r);
     g_passed = true;
 }
 
@@ -989,7 +1052,8 @@ Test(preload, path_search_exec_before_the_first_allocation) {
 /* ---- what the library exports ------------------------------------------- */
 
 /* Whether a dynamic symbol of liblull.so is part of its interface: the
- * lull_* API, the malloc family, the C++ operators (_Znw*, _Zna*, _Zdl*,
+ * lull_* API, the malloc family (with glibc's malloc_trim, mallinfo,
+ * mallinfo2, malloc_stats and malloc_info), the C++ operators (_Znw*, _Zna*, _Zdl*,
  * _Zda*) and the exec and exit wrappers of src/counter_page.c. */
 static bool lull_interface_symbol(const char *name) {
     static const char *const names[] = {"malloc",
@@ -1005,6 +1069,11 @@ static bool lull_interface_symbol(const char *name) {
                                         "malloc_usable_size",
                                         "free_sized",
                                         "free_aligned_sized",
+                                        "malloc_trim",
+                                        "mallinfo",
+                                        "mallinfo2",
+                                        "malloc_stats",
+                                        "malloc_info",
                                         "execl",
                                         "execle",
                                         "execlp",
