@@ -8,6 +8,7 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "tests/support/mem_check.h"
+#include "tests/support/reexec.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -134,6 +135,45 @@ Test(glibc_malloc, malloc_trim_gives_back_freed_memory_and_says_so) {
     expect_identity(&m1, "after the trim");
     r = trim(0);
     cr_expect_eq(r, 0, "a second malloc_trim(0), nothing freed since, returned %d", r);
+}
+
+/* With no reclaim thread (its start failed: LULL_FAULT=thread_create, in a
+ * new process of this program), the trim's caller purges, and its result
+ * says so all the same: the caller's purges are counted apart
+ * (lull_stats_given_back). */
+static void trim_on_the_caller(void) {
+    char *large = lull_malloc(LARGE_SIZE), *huge = lull_malloc(HUGE_SIZE);
+    if (!large || !huge) _exit(3);
+    memset(large, 1, LARGE_SIZE);
+    memset(huge, 1, HUGE_SIZE);
+    if (lull_reclaim_now()) _exit(4); /* a reclaim thread runs after all */
+    lull_free(large);
+    lull_free(huge);
+    size_t rss0 = rss_bytes();
+    int first = lull_malloc_trim(0);
+    size_t rss1 = rss_bytes();
+    int second = lull_malloc_trim(0);
+    printf("first=%d\nsecond=%d\nrss_before=%zu\nrss_after=%zu\n", first, second, rss0, rss1);
+    fflush(stdout);
+    _exit(0);
+}
+
+__attribute__((constructor(200))) static void child(void) {
+    if (getenv("LULL_TEST_TRIM_CALLER")) trim_on_the_caller();
+}
+
+Test(glibc_malloc, malloc_trim_without_a_reclaim_thread_purges_on_its_caller, .timeout = 120) {
+    const char *vars[] = {"LULL_TEST_TRIM_CALLER=1", "LULL_FAULT=thread_create",
+                          "LULL_CONF=warm_reserve_mb=0,refault_monitor=off", NULL};
+    child_run cr;
+    reexec_run("test_glibc_malloc", vars, "trim on the caller", 60000, &cr);
+    reexec_assert_exited_0(&cr, "trim on the caller");
+    cr_expect_eq(reexec_field(&cr, "first"), 1, "the trim of %zu MiB freed returned 0",
+                 (LARGE_SIZE + HUGE_SIZE) >> 20);
+    cr_expect_eq(reexec_field(&cr, "second"), 0, "a second trim, nothing freed since, returned 1");
+    uint64_t before = reexec_field(&cr, "rss_before"), after = reexec_field(&cr, "rss_after");
+    cr_expect_leq(after + LARGE_SIZE + HUGE_SIZE * 9 / 10, before, "RSS %llu KiB -> %llu KiB",
+                  (unsigned long long)before >> 10, (unsigned long long)after >> 10);
 }
 
 /* The pad is no bound on what goes (lull.h says why). */
