@@ -115,20 +115,20 @@ LULL_EXPORT int malloc_trim(size_t pad) {
     return lull_malloc_trim(pad);
 }
 
+/* glibc's fields, in struct lull_mallinfo2's order (lull.h) */
+/* clang-format off */
+#define MALLINFO_FIELDS(X) \
+    X(arena) X(ordblks) X(smblks) X(hblks) X(hblkhd) \
+    X(usmblks) X(fsmblks) X(uordblks) X(fordblks) X(keepcost)
+/* clang-format on */
+
 LULL_EXPORT struct mallinfo2 mallinfo2(void) {
     struct lull_mallinfo2 m = lull_mallinfo2();
-    return (struct mallinfo2){
-        .arena = m.arena,
-        .ordblks = m.ordblks,
-        .smblks = m.smblks,
-        .hblks = m.hblks,
-        .hblkhd = m.hblkhd,
-        .usmblks = m.usmblks,
-        .fsmblks = m.fsmblks,
-        .uordblks = m.uordblks,
-        .fordblks = m.fordblks,
-        .keepcost = m.keepcost,
-    };
+    struct mallinfo2 out;
+#define COPY(field) out.field = m.field;
+    MALLINFO_FIELDS(COPY)
+#undef COPY
+    return out;
 }
 
 /* glibc (2.36) converts each field to int, which wraps past 2 GiB: 5 GiB
@@ -141,18 +141,11 @@ static int saturated(size_t v) {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 LULL_EXPORT struct mallinfo mallinfo(void) {
     struct lull_mallinfo2 m = lull_mallinfo2();
-    return (struct mallinfo){
-        .arena = saturated(m.arena),
-        .ordblks = saturated(m.ordblks),
-        .smblks = saturated(m.smblks),
-        .hblks = saturated(m.hblks),
-        .hblkhd = saturated(m.hblkhd),
-        .usmblks = saturated(m.usmblks),
-        .fsmblks = saturated(m.fsmblks),
-        .uordblks = saturated(m.uordblks),
-        .fordblks = saturated(m.fordblks),
-        .keepcost = saturated(m.keepcost),
-    };
+    struct mallinfo out;
+#define SATURATE(field) out.field = saturated(m.field);
+    MALLINFO_FIELDS(SATURATE)
+#undef SATURATE
+    return out;
 }
 #pragma GCC diagnostic pop
 
