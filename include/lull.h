@@ -207,7 +207,7 @@ LULL_EXPORT struct lull_mallinfo2 lull_mallinfo2(void);
  * type="current"> resident, <aspace type="total"> mapped), then the
  * mallinfo2 figures and the identity (docs/architecture.md, "glibc's malloc
  * calls"). 0; EINVAL (with errno EINVAL) if options is not 0 or fp is
- * NULL, as glibc returns it; -1 if writing failed. */
+ * NULL, as glibc returns it; -1 if fp is in error after the writes. */
 LULL_EXPORT int lull_malloc_info(int options, FILE *fp);
 
 #ifdef __cplusplus

@@ -106,8 +106,8 @@ LULL_EXPORT int lull_malloc_info(int options, FILE *fp) {
             "fordblks=\"%zu\" keepcost=\"%zu\"/>\n",
             m.arena, m.hblks, m.hblkhd, m.uordblks, m.fordblks, m.keepcost);
     write_terms(fp, "accounting", &c.total);
-    if (fprintf(fp, "</malloc>\n") < 0) return -1;
-    return 0;
+    fprintf(fp, "</malloc>\n");
+    return ferror(fp) ? -1 : 0;
 }
 
 #ifdef LULL_OVERRIDE
