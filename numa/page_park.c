@@ -72,8 +72,10 @@ static uint32_t cut_runs(lull_segment *s, unsigned slice, uint32_t mask, lull_pa
     return fitted;
 }
 
-/* Claim the PENDING pages of one slice that fit in `room` runs. */
-static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, size_t room) {
+/* Claim the PENDING pages of one slice that fit in `room` runs; *cut: some
+ * did not fit. */
+static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, size_t room,
+                          bool *cut) {
     _Atomic uint32_t *state = &lull_parked_pages_of(s)->page_state[slice];
     uint32_t old = atomic_load_explicit(state, memory_order_acquire);
     size_t n;
@@ -89,20 +91,26 @@ static size_t claim_slice(lull_segment *s, unsigned slice, lull_page_run *out, s
         uint32_t flip = lull_pages_spread(fitted, 3); /* 01 -> 10 */
         LULL_RACE_POINT(LULL_RACE_PAGE_CLAIM);        /* a take back landing here fails the CAS */
         if (atomic_compare_exchange_weak_explicit(state, &old, old ^ flip, memory_order_acquire,
-                                                  memory_order_acquire))
+                                                  memory_order_acquire)) {
+            *cut = fitted != pages;
             return n;
+        }
     }
 }
 
-static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lull_page_run *out,
-                    size_t max) {
+static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, unsigned *from,
+                    lull_page_run *out, size_t max) {
     lull_parked_pages *parked = lull_parked_pages_of(s);
     size_t n = 0;
-    for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
+    unsigned start = from ? *from : 0, next = start;
+    for (unsigned w = start / 64; w < LULL_SLICE_WORDS && n < max; w++) {
         uint64_t hint = atomic_load_explicit(&parked->parked_slices[w], memory_order_seq_cst);
+        /* the slices before *from: an earlier claim of this walk had them */
+        if (w == start / 64) hint &= ~(uint64_t)0 << (start % 64);
         for (; hint && n < max; hint &= hint - 1) {
             unsigned slice = w * 64 + (unsigned)__builtin_ctzll(hint);
             uint64_t bit = (uint64_t)1 << (slice % 64);
+            next = slice + 1;
             uint32_t word = lull_pages_word(s, slice);
             if (!(word & ~(word >> 1) & LOW_BITS)) {
                 /* nothing PENDING: drop the hint, then look again, since an
@@ -121,22 +129,30 @@ static size_t claim(lull_segment *s, uint32_t parked_before_ms, bool any_age, lu
                 !lull_thp_pages_purgeable(
                     s, slice, (unsigned)__builtin_popcount(word & ~(word >> 1) & LOW_BITS)))
                 continue;
-            size_t got = claim_slice(s, slice, out + n, max - n);
+            bool cut = false;
+            size_t got = claim_slice(s, slice, out + n, max - n, &cut);
             if (got && lull_thp_on()) lull_thp_note_page_purge(s, slice);
             n += got;
+            /* the run bound cut the slice: the next claim starts at it
+             * again (not when this one did: it would cut it the same way,
+             * and the walk would not move) */
+            if (cut && slice != start) next = slice;
         }
     }
+    /* short of the bound: the walk went to the segment's end; else the next
+     * claim goes on after the last slice looked at (or at a cut one) */
+    if (from) *from = n < max ? LULL_SLICES : next;
     if (n) LULL_RACE_POINT(LULL_RACE_PAGE_CLAIM);
     return n;
 }
 
-size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out,
-                        size_t max) {
-    return claim(s, parked_before_ms, false, out, max);
+size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, unsigned *from,
+                        lull_page_run *out, size_t max) {
+    return claim(s, parked_before_ms, false, from, out, max);
 }
 
-size_t lull_pages_claim_all(lull_segment *s, lull_page_run *out, size_t max) {
-    return claim(s, 0, true, out, max);
+size_t lull_pages_claim_all(lull_segment *s, unsigned *from, lull_page_run *out, size_t max) {
+    return claim(s, 0, true, from, out, max);
 }
 
 void lull_pages_finish(const lull_page_run *r, bool purged) {

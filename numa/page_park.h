@@ -71,10 +71,19 @@ typedef struct lull_page_run {
 } lull_page_run;
 
 /* PENDING -> PURGING for pages parked at or before `parked_before_ms`, as
- * runs, at most `max`. Returns the runs. */
-size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, lull_page_run *out, size_t max);
+ * runs, at most `max`, from slice *from on (NULL: the first); *from moves
+ * past them, to LULL_SLICES when the claim reached the segment's end.
+ * Returns the runs.
+ * A step claims batch after batch from one cursor, once over the segment:
+ * a page the kernel refused to purge (a locked page), PENDING again, is
+ * behind the cursor and not claimed again by the same step. Claims that
+ * each started at the segment's first slice took the same refused pages
+ * again, and when they filled a batch, no page behind them was ever purged
+ * (tests/test_step_refused_pages.c). */
+size_t lull_pages_claim(lull_segment *s, uint32_t parked_before_ms, unsigned *from,
+                        lull_page_run *out, size_t max);
 /* Every PENDING page, whatever its age (lull_purge_all). */
-size_t lull_pages_claim_all(lull_segment *s, lull_page_run *out, size_t max);
+size_t lull_pages_claim_all(lull_segment *s, unsigned *from, lull_page_run *out, size_t max);
 /* PURGING -> PURGED (purged: out of the resident estimate, base/resident.h,
  * until taken back) or PENDING (the kernel refused). */
 void lull_pages_finish(const lull_page_run *r, bool purged);

@@ -127,10 +127,16 @@ bool lull_step_pages(struct purge_backend *b, lull_reclaim_stats *st, lull_arena
     bool work = false;
     for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s;
          s = s->next) {
-        for (;;) {
+        /* one walk over the segment, as lull_step_slices's over the arena:
+         * a page the kernel refused (a locked page) is PENDING again, and a
+         * claim from the segment's first slice took it again, batch after
+         * batch; a batch of refused pages only ended the segment's walk, and
+         * every page parked behind them stayed (tests/test_step_refused_pages.c) */
+        unsigned at = 0;
+        do {
             lull_steps_lock();
-            size_t n = any_age ? lull_pages_claim_all(s, runs, LULL_STEP_RUNS)
-                               : lull_pages_claim(s, parked_before, runs, LULL_STEP_RUNS);
+            size_t n = any_age ? lull_pages_claim_all(s, &at, runs, LULL_STEP_RUNS)
+                               : lull_pages_claim(s, parked_before, &at, runs, LULL_STEP_RUNS);
             size_t k = 0, bytes = 0;
             for (size_t i = 0; i < n; i++) {
                 size_t len;
@@ -155,8 +161,9 @@ bool lull_step_pages(struct purge_backend *b, lull_reclaim_stats *st, lull_arena
             STAT_ADD(st, purge_runs, k);
             STAT_ADD(st, purged_bytes, bytes);
             STAT_ADD(st, page_purged_bytes, bytes);
-            if (n < LULL_STEP_RUNS || bytes == 0) break; /* all refused: as above */
-        }
+            /* the walk ends at the segment's end (a batch of refused pages
+             * only, mlockall's, needs no end of its own) */
+        } while (at < LULL_SLICES);
     }
     return work;
 }

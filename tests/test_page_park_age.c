@@ -58,7 +58,7 @@ Test(page_park_age, a_later_park_does_not_delay_an_older_page, .init = setup) {
     lull_pages_park(seg, slice, 1u << OLD_PAGE, 1000);
     lull_pages_park(seg, slice, 1u << NEW_PAGE, 1500);
     lull_page_run runs[LULL_PAGES_PER_SLICE];
-    size_t n = lull_pages_claim(seg, 1200, runs, LULL_PAGES_PER_SLICE);
+    size_t n = lull_pages_claim(seg, 1200, NULL, runs, LULL_PAGES_PER_SLICE);
     bool old_claimed = claimed(runs, n, OLD_PAGE);
     take_back(seg, slice, runs, n);
     cr_assert(old_claimed, "the page parked at 1000 ms waits past 1200 ms: the park at 1500 "
@@ -74,7 +74,7 @@ Test(page_park_age, a_park_after_a_take_back_counts_from_its_own_time, .init = s
     lull_pages_take_back(seg, slice, 1u << OLD_PAGE);
     lull_pages_park(seg, slice, 1u << NEW_PAGE, 1500);
     lull_page_run runs[LULL_PAGES_PER_SLICE];
-    size_t n = lull_pages_claim(seg, 1200, runs, LULL_PAGES_PER_SLICE);
+    size_t n = lull_pages_claim(seg, 1200, NULL, runs, LULL_PAGES_PER_SLICE);
     bool new_claimed = claimed(runs, n, NEW_PAGE);
     take_back(seg, slice, runs, n);
     cr_assert_not(new_claimed, "a page parked at 1500 ms was claimed as parked by 1200 ms");

@@ -200,7 +200,7 @@ Test(page_park_edges, an_evicted_kept_span_leaves_no_released_span_on_the_full_l
 /* The reclaim thread's claim, done here (its own ticks claim nothing: the
  * purge delay is "never"): every PENDING page of the segment -> PURGING. */
 static size_t claim_segment(lull_segment *seg, lull_page_run *runs, size_t max) {
-    size_t n = lull_pages_claim_all(seg, runs, max);
+    size_t n = lull_pages_claim_all(seg, NULL, runs, max);
     cr_assert_gt(n, 0, "nothing to claim");
     return n;
 }
