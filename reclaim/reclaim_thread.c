@@ -590,9 +590,16 @@ LULL_FORK_EXEC_TEXT static void reclaim_fork_child(void) {
     purge_backend_forget_after_fork(&R.backend);
     if (opened) lull_refault_after_fork_child();
     lull_huge_cache_after_fork_child();
-    bool wanted =
-        atomic_load(&R.running) || atomic_load(&lull_reclaim_deferred) != LULL_RECLAIM_NOT_DEFERRED;
+    /* A parent whose thread failed to start (pthread_create refused: a
+     * thread limit it had reached, RLIMIT_NPROC, a cgroup's pids.max) says
+     * nothing of the child, a new process of one thread: its thread is
+     * deferred as any child's. Before, the child inherited "never"
+     * (NOT_DEFERRED, no thread) and purged nothing for good
+     * (tests/test_reclaim_start_fork.c). */
+    bool wanted = atomic_load(&R.running) || atomic_load(&R.start_failed) ||
+                  atomic_load(&lull_reclaim_deferred) != LULL_RECLAIM_NOT_DEFERRED;
     atomic_store(&R.running, false);
+    atomic_store(&R.start_failed, false);
     atomic_store(&R.started, false);
     atomic_store(&R.request_seq, 0);
     atomic_store(&R.done_seq, 0);
