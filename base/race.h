@@ -31,6 +31,8 @@ typedef enum {
     LULL_RACE_MODULE_START,   /* the first allocation: the modules starting, not yet started */
     LULL_RACE_SEGMENT_NEW,    /* a new segment published, its first span not yet claimed */
     LULL_RACE_SEGMENT_RUN,    /* a new segment set in the map, the segment run not yet grown */
+    LULL_RACE_RECLAIM_OPEN,   /* reclaim thread: a descriptor of its backend or refault monitor
+                               * opened, not yet recorded where a fork child closes it */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

@@ -10,6 +10,7 @@
 #include "reclaim/purge_backend.h"
 #include "base/fault.h"
 #include "base/message.h"
+#include "base/race.h"
 
 #include <errno.h>
 #include <string.h>
@@ -113,6 +114,10 @@ int purge_uring_open(purge_backend *b, const cpu_set_t *iowq_cpus, const purge_r
         b->ring.ring_fd = -1;
         return ret;
     }
+    /* the ring's descriptor is open, and a fork child, which closes it
+     * only when ring_open says so, would keep it: the reclaim thread opens
+     * its backend under the step lock, which fork's prepare handler takes */
+    LULL_RACE_POINT(LULL_RACE_RECLAIM_OPEN);
     b->ring_open = true;
     if (b->ring.sq.ring_entries < PURGE_RING_ENTRIES) { /* cannot happen: asked for exactly that */
         purge_uring_close(b, true);

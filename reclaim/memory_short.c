@@ -3,6 +3,7 @@
 #include "reclaim/memory_short.h"
 #include "base/text_file.h"
 #include "reclaim/policy.h"
+#include "reclaim/reclaim_steps.h"
 
 #include <string.h>
 
@@ -71,7 +72,12 @@ static bool short_now;
 bool lull_memory_short_poll(uint32_t now_ms) {
     if (last_look_ms == 0 || (int32_t)(now_ms - last_look_ms) >= LULL_POLICY_PERIOD_MS) {
         last_look_ms = now_ms ? now_ms : 1;
+        /* its files are open for a few microseconds: under the step lock,
+         * which fork's prepare handler takes, so that a fork child never
+         * keeps one of their descriptors (tests/test_race_reclaim_open.c) */
+        lull_steps_lock();
         short_now = look();
+        lull_steps_unlock();
     }
     return short_now;
 }

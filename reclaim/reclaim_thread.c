@@ -213,6 +213,13 @@ static void *reclaim_main(void *arg) {
     /* the ring is created here: IORING_SETUP_SINGLE_ISSUER binds it to
      * this thread, and its io-wq workers inherit this thread's CPU set */
     const cpu_set_t *cpus = lull_config.reclaim_cpus_set ? &lull_config.reclaim_cpus : NULL;
+    /* Under the step lock, which fork's prepare handler takes: a fork child
+     * closes the backend's and the monitor's descriptors that its copy
+     * records as open (ring_open, the pidfd, the monitor's `opened`), and a
+     * fork between a descriptor's open and its record left it open in the
+     * child, with the ring's mappings (tests/test_race_reclaim_open.c).
+     * Now the child has both opened, or neither begun. */
+    lull_steps_lock();
     lull_backend_kind kind = purge_backend_open(&R.backend, lull_config.backend, cpus);
     __atomic_store_n(&R.stats.backend, (int)kind, __ATOMIC_RELAXED);
     if (R.backend.fallback_reason[0]) {
@@ -223,6 +230,7 @@ static void *reclaim_main(void *arg) {
     }
     lull_refault_start();
     atomic_store_explicit(&R.started, true, memory_order_release);
+    lull_steps_unlock();
     if (lull_reclaim_thread_start_hook) lull_reclaim_thread_start_hook();
     on_reclaim_thread = true;
     unsigned sleep_ms = BUSY_TICK_MS;
@@ -582,10 +590,10 @@ LULL_FORK_EXEC_TEXT static void reclaim_fork_child(void) {
     /* the parent's reclaim thread does not exist here, and its ring must
      * never be used: forget it. A thread of our own starts on first need
      * (reclaim.h), never here: the child stays single-threaded until then.
-     * That thread opened its backend before its refault monitor
-     * (reclaim_main), and the child has all it stored up to the fork:
-     * with no backend open, there is no monitor to forget either (and
-     * refault.c's page of text is not faulted in). */
+     * That thread opened its backend and its refault monitor as one step
+     * under the step lock (reclaim_main), so the child has both open or
+     * neither: with no backend open, there is no monitor to forget either
+     * (and refault.c's page of text is not faulted in). */
     bool opened = R.backend.is_open;
     purge_backend_forget_after_fork(&R.backend);
     if (opened) lull_refault_after_fork_child();

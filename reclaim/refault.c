@@ -9,6 +9,7 @@
 #include "base/config.h"
 #include "base/fork_exec.h"
 #include "base/message.h"
+#include "base/race.h"
 
 #define SCAN_EVERY_MS 50
 #define SCAN_REGIONS 64
@@ -37,6 +38,10 @@ void lull_refault_start(void) {
                              : lull_config.refault_monitor == LULL_SWITCH_ON ? REFAULT_WP_ASYNC
                                                                              : REFAULT_PRESENT_SCAN;
     refault_mechanism k = refault_monitor_open_at_most(&M, best);
+    /* its descriptors are open, and a fork child, which closes them only
+     * when `opened` says so, would keep them: the reclaim thread opens its
+     * monitor under the step lock, which fork's prepare handler takes */
+    LULL_RACE_POINT(LULL_RACE_RECLAIM_OPEN);
     opened = true;
     lull_verbose("refault monitor: %s%s%s", refault_mechanism_name(k), M.reason[0] ? " - " : "",
                  M.reason);
