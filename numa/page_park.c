@@ -163,6 +163,14 @@ void lull_pages_finish(const lull_page_run *r, bool purged) {
     if (purged) lull_resident_sub((uint64_t)__builtin_popcount(r->mask) * LULL_PAGE_SIZE);
 }
 
+void lull_pages_refused(const lull_page_run *r, uint32_t now_ms) {
+    /* before the state: the claim that sees the pages PENDING again sees
+     * the time (release, below; claims are the step lock's anyway) */
+    atomic_store_explicit(&lull_parked_pages_of(r->segment)->parked_ms[r->slice], now_ms,
+                          memory_order_relaxed);
+    lull_pages_finish(r, false);
+}
+
 void *lull_page_run_address(const lull_page_run *r, size_t *len) {
     *len = (size_t)__builtin_popcount(r->mask) * LULL_PAGE_SIZE;
     return (char *)r->segment + ((size_t)r->slice << LULL_SLICE_SHIFT) +

@@ -87,6 +87,13 @@ size_t lull_pages_claim_all(lull_segment *s, unsigned *from, lull_page_run *out,
 /* PURGING -> PURGED (purged: out of the resident estimate, base/resident.h,
  * until taken back) or PENDING (the kernel refused). */
 void lull_pages_finish(const lull_page_run *r, bool purged);
+/* PURGING -> PENDING, the kernel having refused the purge (a locked page),
+ * the slice stamped `now_ms`: due again a purge delay later, as a refused
+ * run of free slices is. Claimed again at once, it was refused again at
+ * every tick, which counted as work: with a locked page parked (every
+ * one, under mlockall) the reclaim thread ticked every 2 ms for ever
+ * (tests/test_step_refused_pages.c). */
+void lull_pages_refused(const lull_page_run *r, uint32_t now_ms);
 void *lull_page_run_address(const lull_page_run *r, size_t *len);
 
 /* Statistics: bytes of PURGED and PURGING pages in slices [first, first+n). */

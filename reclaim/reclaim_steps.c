@@ -148,10 +148,16 @@ bool lull_step_pages(struct purge_backend *b, lull_reclaim_stats *st, lull_arena
                 range_of[i] = (uint16_t)(k - 1);
             }
             if (n) purge_backend_run(b, ranges, k, MADV_DONTNEED, results);
+            uint32_t refused_at = 0;
             for (size_t i = 0; i < n; i++) {
-                bool ok = results[range_of[i]] == 0;
-                lull_pages_finish(&runs[i], ok);
-                if (ok) bytes += (size_t)__builtin_popcount(runs[i].mask) * LULL_PAGE_SIZE;
+                if (results[range_of[i]] != 0) {
+                    /* due again a purge delay from now */
+                    if (!refused_at) refused_at = lull_now_ms();
+                    lull_pages_refused(&runs[i], refused_at);
+                    continue;
+                }
+                lull_pages_finish(&runs[i], true);
+                bytes += (size_t)__builtin_popcount(runs[i].mask) * LULL_PAGE_SIZE;
             }
             lull_steps_unlock();
             if (n == 0) break;

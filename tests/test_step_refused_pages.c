@@ -13,7 +13,8 @@
  * (lull_pages_park), and the step run here with a plain madvise backend,
  * as lull_purge_all does when no reclaim thread runs: once over everything
  * (lull_purge_all's step) and once as the tick's (pages parked a purge
- * delay ago). */
+ * delay ago). Also: the cursor where the run bound cuts a slice, and a
+ * refused page is due again only a purge delay after its refusal. */
 #define _GNU_SOURCE
 #include "numa/arena.h"
 #include "numa/page_park.h"
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* two spans fill a segment */
@@ -151,4 +153,33 @@ Test(step_refused_pages, a_walk_cut_inside_a_slice_leaves_no_page_out, .init = s
                       "page %u of parked slice %u claimed %u times in one walk", p, i,
                       claimed[i][p]);
         }
+}
+
+/* A page the kernel refused is due again a purge delay after the refusal,
+ * as a refused run of free slices is (tests/test_purge_refused.c): a tick
+ * that claimed it again at once found the same refusal, counted work, and
+ * the next tick came BUSY_TICK_MS later: with a locked page parked (every
+ * parked page, under mlockall), the reclaim thread ticked every 2 ms for
+ * ever, a failed madvise each time. */
+Test(step_refused_pages, a_refused_page_waits_a_purge_delay, .init = setup) {
+    park_everything();
+    struct timespec pause = {0, 5 * 1000000L};
+    nanosleep(&pause, NULL); /* the pages are 5 ms old */
+    purge_backend b;
+    memset(&b, 0, sizeof b);
+    lull_reclaim_stats st;
+    memset(&st, 0, sizeof st);
+    uint32_t first_tick = lull_now_ms();
+    lull_step_pages(&b, &st, &a, first_tick, false);
+    uint64_t refused = st.purge_failures;
+    unsigned pending = pages_in(LULL_PAGE_PENDING);
+    /* a tick whose pages are due if parked before the first tick's time,
+     * less a millisecond: the pages the first refused are not due yet */
+    bool work = lull_step_pages(&b, &st, &a, first_tick - 1, false);
+    unsigned claimed_again = (unsigned)(st.purge_failures - refused);
+    syscall(SYS_munlock, locked, 4096);
+    cr_assert_geq(refused, 1, "the locked range was purged: this kernel purges locked pages");
+    cr_assert_eq(pages_in(LULL_PAGE_PENDING), pending);
+    cr_assert(!work && claimed_again == 0,
+              "the refused pages were claimed again at once (%u refusals more)", claimed_again);
 }
