@@ -8,7 +8,7 @@
 
 static _Atomic uint64_t resident;
 static _Atomic uint64_t refusals;
-LULL_FORK_EXEC_DATA bool (*lull_resident_relief_hook)(void); /* set by the constructor */
+LULL_FORK_EXEC_DATA bool (*lull_resident_relief_hook)(long wait_ms); /* set by the constructor */
 
 void lull_resident_add(uint64_t bytes) {
     atomic_fetch_add_explicit(&resident, bytes, memory_order_relaxed);
@@ -47,15 +47,23 @@ uint64_t lull_resident_bytes(void) {
     return atomic_load_explicit(&resident, memory_order_relaxed);
 }
 
-bool lull_resident_relieve(void) {
-    bool (*relieve)(void) = __atomic_load_n(&lull_resident_relief_hook, __ATOMIC_ACQUIRE);
+static bool relieve_waiting(long wait_ms) {
+    bool (*relieve)(long) = __atomic_load_n(&lull_resident_relief_hook, __ATOMIC_ACQUIRE);
     /* the wait for the purge is a futex wait, which ends with ETIMEDOUT or
      * EAGAIN: an allocation that found room after it returned its memory
      * with that errno (tests/test_errno_limit_relief.c) */
     int saved = errno;
-    bool relieved = relieve && relieve();
+    bool relieved = relieve && relieve(wait_ms);
     errno = saved;
     return relieved;
+}
+
+bool lull_resident_relieve(void) {
+    return relieve_waiting(LULL_LIMIT_WAIT_MS);
+}
+
+bool lull_resident_relieve_until_done(void) {
+    return relieve_waiting(-1);
 }
 
 void lull_resident_refuse(void) {

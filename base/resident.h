@@ -50,8 +50,15 @@ uint64_t lull_resident_limit(void);
  * thread, or the caller is that thread): the caller then fails at once. A
  * request thread never purges here itself. The caller holds no lull lock. */
 bool lull_resident_relieve(void);
-/* Set by reclaim/ when it registers; NULL until then (no relief). */
-extern bool (*lull_resident_relief_hook)(void);
+/* The same, waiting until the purge is done, however long it takes: for a
+ * mapping the kernel refused (an address space limit) while freed huge
+ * mappings hold the room, where the one alternative is NULL. Bounded by
+ * LULL_LIMIT_WAIT_MS, such a malloc failed whenever the reclaim thread's
+ * tick took longer (test_huge_cache under ASan in a loaded CI run). */
+bool lull_resident_relieve_until_done(void);
+/* Set by reclaim/ when it registers; NULL until then (no relief). Waits at
+ * most wait_ms for the purge, or until it is done if wait_ms < 0. */
+extern bool (*lull_resident_relief_hook)(long wait_ms);
 /* An allocation refused for the limit: counted, errno ENOMEM. */
 void lull_resident_refuse(void);
 /* Allocations refused for the limit so far (lull_print_stats). */

@@ -175,13 +175,15 @@ void *lull_huge_alloc(size_t size, size_t alignment, bool *zeroed, int node) {
     void *p = huge_alloc(size, alignment, zeroed, node, &over, &unmapped);
     /* over the heap limit, or refused by the kernel while freed mappings
      * hold address space: the reclaim thread purges and unmaps the cached
-     * and queued mappings, this thread waits for it, bounded, and tries
-     * once more. Under an address space limit the cache's mappings may
-     * hold the room a new one needs (200 MiB freed, then 250 MiB under a
-     * limit 300 MiB above the process: NULL until lull_purge_all,
-     * tests/test_huge_cache.c); with none held there is nothing to wait
-     * for on the way to ENOMEM */
-    if (!p && (over || (unmapped && huge_mappings_held())) && lull_resident_relieve())
+     * and queued mappings, this thread waits for it and tries once more:
+     * over the limit at most LULL_LIMIT_WAIT_MS, refused until the purge
+     * is done (the alternative is NULL, the mappings held are the room).
+     * Under an address space limit the cache's mappings may hold the room
+     * a new one needs (200 MiB freed, then 250 MiB under a limit 300 MiB
+     * above the process: NULL until lull_purge_all, tests/test_huge_cache.c);
+     * with none held there is nothing to wait for on the way to ENOMEM */
+    bool held = !p && !over && unmapped && huge_mappings_held();
+    if (!p && (over ? lull_resident_relieve() : held && lull_resident_relieve_until_done()))
         p = huge_alloc(size, alignment, zeroed, node, &over, &unmapped);
     if (!p && over) lull_resident_refuse();
     errno = p ? saved : ENOMEM;

@@ -518,18 +518,18 @@ void lull_reclaim_purge_all(void) {
 }
 
 /* The heap limit's relief (base/resident.h): a forced tick, waited for at
- * most LULL_LIMIT_WAIT_MS. Not on the reclaim thread (it would wait for
+ * most wait_ms (< 0: until it is done). Not on the reclaim thread (it would wait for
  * itself), nor on an exiting thread past its heap's destructor (it holds
  * the late heap's lock, which the tick's collection takes). A deferred
  * thread starts here (the callers are start points, reclaim.h); one being
  * created is not waited for: this may be its creator's own allocation,
  * inside pthread_create. */
-static bool relieve(void) {
+static bool relieve(long wait_ms) {
     if (on_reclaim_thread || lull_reclaim_no_start) return false;
     lull_reclaim_start_now();
     if (!atomic_load(&R.running)) return false;
     STAT_ADD(limit_waits, 1);
-    wait_for_tick(request_tick(true), LULL_LIMIT_WAIT_MS);
+    wait_for_tick(request_tick(true), wait_ms);
     return true;
 }
 

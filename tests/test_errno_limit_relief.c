@@ -26,11 +26,11 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static bool (*real_relief)(void);
+static bool (*real_relief)(long wait_ms);
 static int reliefs; /* the allocating thread's own calls */
 
-static bool relief_then_no_limit(void) {
-    bool relieved = real_relief();
+static bool relief_then_no_limit(long wait_ms) {
+    bool relieved = real_relief(wait_ms);
     reliefs++;
     lull_configure("heap_limit_mb", "0");
     return relieved;
