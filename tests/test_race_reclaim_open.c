@@ -81,8 +81,10 @@ static int grandchild(const unsigned char *before) {
             snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
             ssize_t n = readlink(link, target, sizeof target - 1);
             if (n > 0) target[n] = '\0';
-            snprintf(msg, MSG_LEN, "descriptor %d (%s) of the parent's reclaim thread is open in "
-                                   "the fork child", fd, target);
+            snprintf(msg, MSG_LEN,
+                     "descriptor %d (%s) of the parent's reclaim thread is open in "
+                     "the fork child",
+                     fd, target);
             return 1;
         }
     return 0;

@@ -128,7 +128,8 @@ Test(step_refused_pages, a_walk_cut_inside_a_slice_leaves_no_page_out, .init = s
     lull_span *spans[1];
     own_arena_fill(&a, spans, 1, CUT_SLICES);
     seg = atomic_load(&a.segments);
-    unsigned first = (unsigned)(((char *)lull_span_start(spans[0]) - (char *)seg) >> LULL_SLICE_SHIFT);
+    unsigned first =
+        (unsigned)(((char *)lull_span_start(spans[0]) - (char *)seg) >> LULL_SLICE_SHIFT);
     for (unsigned i = 0; i < CUT_SLICES; i++)
         lull_pages_park(seg, first + i, EVERY_OTHER_PAGE, lull_now_ms());
     unsigned claimed[CUT_SLICES][LULL_PAGES_PER_SLICE] = {{0}};
