@@ -77,12 +77,11 @@ extern void (*lull_reclaim_collect_hook)(void);
  * counter page is due a second later). The start points are where the
  * calling thread is in no half-done heap update: a span about to be taken
  * from an arena, a large or huge allocation (an aligned huge block takes
- * no span, and need not pass through malloc's slow path), malloc's slow path, lull_thread_collect(), an allocation
- * over the heap limit (it asks for a purge, base/resident.h). Never a
- * free of any size (session 22): glibc frees the TLS vectors of cached
- * thread stacks holding its stack cache's lock, which pthread_create
- * takes, and a join that freed one into an abandoned heap hung there,
- * every signal blocked (tests/test_reclaim_start.c), and a huge free
+ * no span, and need not pass through malloc's slow path), malloc's slow path,
+ * lull_thread_collect(), an allocation over the heap limit (it asks for a purge, base/resident.h).
+ * Never a free of any size (session 22): glibc frees the TLS vectors of cached thread stacks
+ * holding its stack cache's lock, which pthread_create takes, and a join that freed one into an
+ * abandoned heap hung there, every signal blocked (tests/test_reclaim_start.c), and a huge free
  * there (a dlopen'ed library's thread-local array) hung the same way
  * (tests/test_reclaim_start_tls.c); nor where a free
  * gives a span back: pthread_create allocates (glibc's TLS vector), and
