@@ -33,6 +33,7 @@ typedef enum {
     LULL_RACE_SEGMENT_RUN,    /* a new segment set in the map, the segment run not yet grown */
     LULL_RACE_RECLAIM_OPEN,   /* reclaim thread: a descriptor of its backend or refault monitor
                                * opened, not yet recorded where a fork child closes it */
+    LULL_RACE_CORE_INIT,      /* the first allocation: the core initialising, not yet done */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

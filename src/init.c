@@ -75,6 +75,7 @@ bool lull_ensure_init(void) {
 static void init_core(void) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&init_state, &expected, 1)) {
+        LULL_RACE_POINT(LULL_RACE_CORE_INIT); /* a fork from another thread lands here */
         lull_config_load();
         /* before the first heap: each heap samples from its creation */
         atomic_store_explicit(&lull_profile_interval, lull_config.profile_sample_bytes,
@@ -99,8 +100,12 @@ static void init_core(void) {
  * registry's (its own first malloc), so that order is the only one. */
 static void fork_prepare(void) {
     /* a start in progress on another thread finishes first: the child would
-     * inherit "starting" with no thread to finish it, and its first
-     * allocation would wait for ever (tests/test_race_start.c) */
+     * inherit "starting" (or the core's "initialising", which no fork
+     * handler waited for before session 27) with no thread to finish it,
+     * and its first allocation would wait for ever (tests/test_race_start.c).
+     * The core's initialisation takes no lock and never forks. */
+    while (atomic_load_explicit(&init_state, memory_order_acquire) == 1)
+        sched_yield();
     if (!tl_starting_modules)
         while (atomic_load_explicit(&modules_state, memory_order_acquire) == 2)
             sched_yield();

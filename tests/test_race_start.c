@@ -1,11 +1,13 @@
 /* fork() while another thread starts lull (src/init.c: the modules start at
  * the first allocation, or in the library constructor where libnuma must
  * be loaded), with the race harness holding the start open (base/race.h,
- * point module_start; a -DLULL_RACE=ON build).
+ * point module_start; a -DLULL_RACE=ON build), or holding the core's
+ * initialisation before it open (point core_init).
  *
- * A child that inherits "starting" has no thread to finish the start, and
- * its first malloc waits for it for ever: the prepare handler must wait
- * for a start in progress on another thread before the fork.
+ * A child that inherits "starting" (or the core's "initialising") has no
+ * thread to finish it, and its first malloc waits for it for ever: the
+ * prepare handler must wait for a start in progress on another thread
+ * before the fork.
  *
  * Each trial is a new process (the start happens once a process): a
  * function that runs before every constructor creates a thread, then the
@@ -38,7 +40,8 @@
 #define WAIT_S 10      /* a grandchild that takes longer hung */
 
 static pthread_t forker;
-static _Atomic bool lull_started; /* the main thread's first malloc returned */
+static lull_race_point_id held_point; /* where the main thread's first allocation is held */
+static _Atomic bool lull_started;     /* the main thread's first malloc returned */
 static int trial_held, trial_result = -1;
 
 static void sleep_ms(long ms) {
@@ -63,7 +66,7 @@ static int wait_grandchild(pid_t pid) {
 static void *fork_during_start(void *arg) {
     (void)arg;
     /* the main thread's first allocation reached the start */
-    for (int i = 0; i < WAIT_S * 1000 && lull_race_hits(LULL_RACE_MODULE_START) == 0; i++)
+    for (int i = 0; i < WAIT_S * 1000 && lull_race_hits(held_point) == 0; i++)
         sleep_ms(1);
     bool held = !atomic_load(&lull_started);
     pid_t pid = fork();
@@ -73,7 +76,7 @@ static void *fork_during_start(void *arg) {
         lull_free(p);
         _exit(0);
     }
-    trial_held = held && lull_race_hits(LULL_RACE_MODULE_START) > 0;
+    trial_held = held && lull_race_hits(held_point) > 0;
     trial_result = pid < 0 ? 1 : wait_grandchild(pid);
     return NULL;
 }
@@ -84,11 +87,12 @@ static void trial_start(int argc, char **argv, char **envp) {
     (void)argc;
     (void)argv;
     /* environ is not set yet: the loader passes the environment */
-    bool on = false;
-    for (char **e = envp; *e && !on; e++)
-        on = strncmp(*e, "LULL_TEST_FORK_AT_START=", 24) == 0;
-    if (!on) return;
-    lull_race_arm(1u << LULL_RACE_MODULE_START, (uint64_t)getpid(), HOLD_US);
+    const char *at = NULL;
+    for (char **e = envp; *e && !at; e++)
+        if (strncmp(*e, "LULL_TEST_FORK_AT_START=", 24) == 0) at = *e + 24;
+    if (!at) return;
+    held_point = strcmp(at, "core") == 0 ? LULL_RACE_CORE_INIT : LULL_RACE_MODULE_START;
+    lull_race_arm(1u << held_point, (uint64_t)getpid(), HOLD_US);
     if (pthread_create(&forker, NULL, fork_during_start, NULL) != 0) _exit(4);
 }
 
@@ -108,9 +112,13 @@ __attribute__((constructor(102))) static void trial_end(void) {
     _exit(0);
 }
 
-Test(race_start, fork_while_another_thread_starts_lull, .timeout = 600) {
+/* Trials with LULL_TEST_FORK_AT_START=at until HELD_TRIALS forked inside the
+ * held window; every grandchild must allocate and exit. */
+static void fork_at_start(const char *at) {
     int held = 0, trials = 0;
-    const char *vars[] = {"LULL_TEST_FORK_AT_START=1", NULL};
+    char var[64];
+    snprintf(var, sizeof var, "LULL_TEST_FORK_AT_START=%s", at);
+    const char *vars[] = {var, NULL};
     while (held < HELD_TRIALS && trials < MAX_TRIALS) {
         child_run cr;
         reexec_run("test_race_start_trial", vars, "fork at start", 60000, &cr);
@@ -125,4 +133,14 @@ Test(race_start, fork_while_another_thread_starts_lull, .timeout = 600) {
     }
     cr_log_info("%d of %d trials forked inside a held start", held, trials);
     cr_assert_geq(held, HELD_TRIALS, "only %d of %d trials forked inside the start", held, trials);
+}
+
+Test(race_start, fork_while_another_thread_starts_lull, .timeout = 600) {
+    fork_at_start("modules");
+}
+
+/* The core's initialisation (init_state 1, src/init.c) before the modules'
+ * start: a child copied inside it waited for ever at its first malloc. */
+Test(race_start, fork_while_another_thread_initialises_the_core, .timeout = 600) {
+    fork_at_start("core");
 }
