@@ -37,6 +37,7 @@ static const char *const names[LULL_RACE_COUNT] = {
     [LULL_RACE_SEGMENT_RUN] = "segment_run",
     [LULL_RACE_RECLAIM_OPEN] = "reclaim_open",
     [LULL_RACE_CORE_INIT] = "core_init",
+    [LULL_RACE_COUNTER_PAGE_OPEN] = "counter_page_open",
 };
 
 const char *lull_race_point_name(lull_race_point_id p) {

@@ -12,6 +12,7 @@
 #include "base/message.h"
 #include "base/exec_search.h"
 #include "base/fork_exec.h"
+#include "base/race.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -68,6 +69,13 @@ static LULL_FORK_EXEC_DATA uint64_t request_served;
  * waits for the open to finish (for a second at most), and then finds the
  * page and removes it. So no page is created that an end does not remove. */
 static LULL_FORK_EXEC_DATA int opening, ending;
+/* Held across an open, and by fork's prepare handler: the object's
+ * descriptor holds the page's lock (flock, which a fork child shares) until
+ * the open closes it, and the mapping is kept from fork children only once
+ * the open has made it. A child copied in between kept both, and with them
+ * its parent's lock and page (tests/test_race_counter_page_open.c). An
+ * open takes no other lock of lull's and allocates nothing. */
+static LULL_FORK_EXEC_DATA pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 /* An exec failed, or an open gave up because of one: open again. */
 static LULL_FORK_EXEC_DATA int reopen_wanted;
 /* This process as lull knows it: set at start and in a fork child. A
@@ -378,6 +386,7 @@ static int open_page(const char *name) {
         }
     }
     err = errno;
+    LULL_RACE_POINT(LULL_RACE_COUNTER_PAGE_OPEN); /* a fork from another thread lands here */
     /* The mapping holds the file, and with it the lock, after this close:
      * until munmap, or until the process exits or execs. */
     close(fd);
@@ -418,9 +427,19 @@ int counter_page_open(const char *name) {
         __atomic_store_n(&opening, 0, __ATOMIC_SEQ_CST);
         return -ECANCELED;
     }
+    pthread_mutex_lock(&open_lock);
     int r = open_page(name);
+    pthread_mutex_unlock(&open_lock);
     __atomic_store_n(&opening, 0, __ATOMIC_SEQ_CST);
     return r;
+}
+
+void counter_page_fork_prepare(void) {
+    pthread_mutex_lock(&open_lock);
+}
+
+void counter_page_fork_parent(void) {
+    pthread_mutex_unlock(&open_lock);
 }
 
 bool counter_page_take_reopen(void) {
@@ -625,6 +644,7 @@ LULL_FORK_EXEC_TEXT void counter_page_after_fork_child(void) {
     /* Only the forking thread exists here; a publication the parent's
      * reclaim thread was making at fork time is not running in the child,
      * nor an open, nor an exec. */
+    lull_mutex_reset_in_child(&open_lock);
     struct lull_counters *p = __atomic_exchange_n(&page, NULL, __ATOMIC_SEQ_CST);
     __atomic_store_n(&publishing, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&opening, 0, __ATOMIC_SEQ_CST);

@@ -17,6 +17,7 @@
  *                registered with at_quick_exit). It may run while the reclaim
  *                thread is inside counter_page_publish(): close waits for
  *                that publication to end, and later publications do nothing.
+ *   - around a fork: counter_page_fork_prepare(), counter_page_fork_parent()
  *   - in a fork child (pthread_atfork child handler): counter_page_after_fork_child(),
  *                then counter_page_open() again if the child should have a
  *                page. With the default name the child's page is /lull.<child
@@ -149,6 +150,12 @@ int counter_page_profile_file(char *buf, size_t len);
  * alone; it has no copy of the mapping either: MADV_DONTFORK). Safe to call
  * more than once, and with no page open. */
 void counter_page_close(void);
+
+/* fork's prepare and parent handlers: no open is under way while a fork
+ * copies the process (the child would keep the page's descriptor, its
+ * lock and its mapping). */
+void counter_page_fork_prepare(void);
+void counter_page_fork_parent(void);
 
 /* In a fork child: forget the parent's page (never unlink or write it; the
  * child has no copy of its mapping). Call before anything else could

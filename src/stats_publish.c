@@ -79,6 +79,8 @@ LULL_FORK_EXEC_TEXT static void publish_fork_child(void) {
 LULL_FORK_EXEC_TEXT void lull_stats_publish_register(void) {
     static const lull_module_hooks hooks = {
         .start = counter_page_process_start,
+        .fork_prepare = counter_page_fork_prepare,
+        .fork_parent = counter_page_fork_parent,
         .fork_child = publish_fork_child,
         .at_exit = counter_page_at_exit,
     };

@@ -1,0 +1,135 @@
+/* fork() while another thread opens the counter page (src/counter_page.c),
+ * with the race harness holding the open between the page's mmap and the
+ * close of its descriptor (base/race.h, point counter_page_open; a
+ * -DLULL_RACE=ON build).
+ *
+ * The page's descriptor holds the page's lock (flock, which a fork child
+ * shares) until it is closed, and its mapping holds it after that; the
+ * mapping is kept from fork children (MADV_DONTFORK) only once the open
+ * has made it. A child copied inside the open kept the descriptor and the
+ * shared mapping of its parent's page: it held the parent's lock (a sweep
+ * saw a dead parent's page alive as long as the child lived: a redis
+ * BGSAVE child, a prefork worker) and could write the parent's page.
+ *
+ * Each trial: a thread opens a page under a name of its own and is held at
+ * the point (or runs through it, a quarter of the seeds: base/race.c); the
+ * main thread forks once the point is reached, and the child must have no
+ * descriptor the process did not have before the open and no mapping of
+ * the page. Bounded by trials (SEEDS), not by time. */
+#define _GNU_SOURCE
+#include "lull.h"
+#include "base/race.h"
+#include "src/counter_page.h"
+#include "base/config.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SEEDS 16
+#define MAX_DELAY_US 40000
+#define WAIT_MS 5000
+#define MAX_FD 1024
+#define MSG_LEN 512
+
+static char *msg; /* shared with the children */
+static char page_name[64];
+
+static void fd_set_of_self(unsigned char *set) {
+    memset(set, 0, MAX_FD);
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return;
+    int own = dirfd(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        int fd = atoi(e->d_name);
+        if (fd != own && fd >= 0 && fd < MAX_FD) set[fd] = 1;
+    }
+    closedir(d);
+}
+
+/* The child: 0 nothing of the parent's page, 1 a descriptor or mapping (msg). */
+static int child_check(const unsigned char *before) {
+    unsigned char now[MAX_FD];
+    fd_set_of_self(now);
+    for (int fd = 0; fd < MAX_FD; fd++)
+        if (now[fd] && !before[fd]) {
+            char link[64], target[256] = "?";
+            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+            ssize_t n = readlink(link, target, sizeof target - 1);
+            if (n > 0) target[n] = '\0';
+            snprintf(msg, MSG_LEN, "descriptor %d (%s) of the parent's counter page", fd, target);
+            return 1;
+        }
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (!maps) return 0;
+    char line[512];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, maps))
+        if (strstr(line, page_name + 1)) {
+            snprintf(msg, MSG_LEN, "a mapping of the parent's counter page: %.400s", line);
+            found = 1;
+        }
+    fclose(maps);
+    return found;
+}
+
+static void *open_page(void *arg) {
+    (void)arg;
+    return (void *)(intptr_t)counter_page_open(page_name);
+}
+
+static uint64_t now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+Test(race_counter_page_open, fork_while_another_thread_opens_the_page, .timeout = 300) {
+    msg = mmap(NULL, MSG_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(msg, MAP_FAILED);
+    void *p = lull_malloc(64); /* lull started */
+    lull_free(p);
+    /* the reclaim thread opens no page of its own meanwhile */
+    __atomic_store_n(&lull_config.counter_page, false, __ATOMIC_RELAXED);
+    counter_page_close();
+    int failed = 0;
+    char first[MSG_LEN] = "";
+    for (uint64_t s = 0; s < SEEDS; s++) {
+        snprintf(page_name, sizeof page_name, "/lull-race-open.%d.%d", (int)getpid(), (int)s);
+        unsigned char before[MAX_FD];
+        fd_set_of_self(before);
+        msg[0] = '\0';
+        lull_race_arm(1u << LULL_RACE_COUNTER_PAGE_OPEN, 0xc0de0ULL * (s + 1), MAX_DELAY_US);
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, open_page, NULL), 0);
+        uint64_t until = now_ms() + WAIT_MS;
+        while (lull_race_hits(LULL_RACE_COUNTER_PAGE_OPEN) == 0) {
+            cr_assert_lt(now_ms(), until, "the open never reached the point (seed %llu)",
+                         (unsigned long long)s);
+            sched_yield();
+        }
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) _exit(child_check(before));
+        int status;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        void *rc;
+        pthread_join(t, &rc);
+        lull_race_arm(0, 0, 0);
+        cr_assert_eq((intptr_t)rc, 0, "the open failed (%d)", (int)(intptr_t)rc);
+        counter_page_close();
+        cr_assert(WIFEXITED(status), "child died of signal %d", WTERMSIG(status));
+        if (WEXITSTATUS(status) != 0 && failed++ == 0) snprintf(first, sizeof first, "%s", msg);
+    }
+    cr_assert_eq(failed, 0, "%d of %d fork children kept the parent's counter page (the first: %s)",
+                 failed, SEEDS, first);
+}
