@@ -28,7 +28,8 @@ static lull_huge_accounting *acct_of(const lull_huge *h) {
 #define ACCT_ADD(field, v) atomic_fetch_add_explicit(&a->field, (v), memory_order_relaxed)
 #define ACCT_SUB(field, v) atomic_fetch_sub_explicit(&a->field, (v), memory_order_relaxed)
 
-LULL_FORK_EXEC_DATA lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
+LULL_FORK_EXEC_DATA lull_huge *(*lull_huge_reuse_hook)(size_t size, size_t alignment, int node,
+                                                       bool *zeroed);
 LULL_FORK_EXEC_DATA uint64_t (*lull_huge_held_hook)(void);
 
 /* May the reclaim thread's forced tick give back address space? */
@@ -36,12 +37,15 @@ static bool huge_mappings_held(void) {
     return lull_huge_held_hook && lull_huge_held_hook() != 0;
 }
 
-/* Take back a freed huge mapping that fits `size`: no mmap, and no page
- * faults either while it is still dirty. */
+/* Take back a freed huge mapping that fits `size` at `alignment`: no mmap,
+ * and no page faults either while it is still dirty. Aligned ones too:
+ * asked for at a slice only, a loop of aligned_alloc(1 GiB, 100) and free()
+ * mapped a block each time while the freed ones waited for the reclaim
+ * thread, 2-10 TiB of address space at its peak. */
 static void *huge_reuse(size_t size, size_t alignment, bool *zeroed, int node) {
-    if (!lull_huge_reuse_hook || alignment > LULL_SLICE_SIZE) return NULL;
+    if (!lull_huge_reuse_hook) return NULL;
     if (node < 0 || node >= LULL_MAX_NODES) node = 0; /* as acct_of() files it */
-    lull_huge *h = lull_huge_reuse_hook(size, node, zeroed);
+    lull_huge *h = lull_huge_reuse_hook(size, alignment, node, zeroed);
     if (!h) return NULL; /* a miss once a mapping is made (huge_alloc) */
     lull_huge_accounting *a = acct_of(h);
     ACCT_SUB(freed, h->usable + LULL_HUGE_HEADER_BYTES);

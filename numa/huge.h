@@ -44,12 +44,12 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size);
 /* Hand a freed huge block to whoever gives it back to the kernel (the
  * reclaim thread's cache or queue; set by reclaim/). */
 extern void (*lull_huge_release_hook)(lull_huge *h);
-/* A freed huge block (block offset one slice) of arena `node` with room for
- * `size`, taken from the reclaim thread's cache or its queue of mappings
- * not yet given back (reclaim/huge_queue.h) without a system call,
- * accounted as `freed`; or NULL. *zeroed: its block is known to be zero
- * (purged with MADV_DONTNEED). Set by reclaim/. */
-extern lull_huge *(*lull_huge_reuse_hook)(size_t size, int node, bool *zeroed);
+/* A freed huge block of arena `node` with room for `size`, its block at a
+ * multiple of `alignment`, taken from the reclaim thread's cache or its
+ * queue of mappings not yet given back (reclaim/huge_queue.h) without a
+ * system call, accounted as `freed`; or NULL. *zeroed: its block is known
+ * to be zero (purged with MADV_DONTNEED). Set by reclaim/. */
+extern lull_huge *(*lull_huge_reuse_hook)(size_t size, size_t alignment, int node, bool *zeroed);
 /* The bytes of address space the freed mappings still hold (the reclaim
  * thread's cache and queue), which its forced tick gives back; set by
  * reclaim/. */

@@ -18,6 +18,10 @@
  *                                                     and unmaps it)
  *   take_all  no reclaim thread running:    QUEUED -> EMPTY  for every slot
  *
+ * The overflow stack: push (free) one CAS on the head; take whole (the
+ * reclaim thread, take_all, an aligned malloc) one exchange to NULL; give
+ * back (the aligned malloc, what it did not keep) one CAS from NULL.
+ *
  * So a malloc never gets a mapping the reclaim thread is purging or
  * unmapping (the reclaim thread purges only what its claim won), and the
  * reclaim thread never unmaps one a malloc took. The word alone tells the
@@ -29,8 +33,13 @@
  * The overflow stack takes what no slot can: a mapping no word can name
  * (an over-aligned block, a header above 2^49) or one freed while every
  * slot is taken. Push is one CAS on its head; it is only ever taken whole
- * (an exchange: no ABA), by the reclaim thread each tick or by take_all,
- * never by a malloc, which would have to walk headers it does not own.
+ * (an exchange: no ABA), so whoever walks it owns every header on it: the
+ * reclaim thread each tick, take_all, and a huge malloc aligned past a
+ * slice (take_aligned), which looks at the first
+ * LULL_HUGE_QUEUE_ALIGNED_LOOKS, keeps the tightest fit and gives the rest
+ * back in one CAS (after what was pushed meanwhile). Without it, a loop of
+ * aligned_alloc(1 GiB, 100) and free() mapped a new block each time while
+ * the freed ones waited here: 2-10 TiB of address space at its peak.
  *
  * queued_bytes (what the backlog rule reads): each mapping's map_len,
  * added by its pusher before it goes in and subtracted by its owner after
@@ -155,6 +164,53 @@ lull_huge *lull_huge_queue_take_overflow(void) {
     for (lull_huge *h = list; h; h = h->next)
         bytes_sub(h->map_len);
     return list;
+}
+
+/* Give a list taken from the overflow back (linked by `next`, ending
+ * NULL): onto an empty stack in one CAS, else with what was pushed since in
+ * front of it (taken whole again, and walked: only the pushes made while
+ * this thread held the list). The stack's order, newest first, stays. */
+static void overflow_give_back(lull_huge *list) {
+    while (list) {
+        lull_huge *expected = NULL;
+        if (atomic_compare_exchange_strong_explicit(&overflow, &expected, list,
+                                                    memory_order_release, memory_order_relaxed))
+            return;
+        lull_huge *newer = atomic_exchange_explicit(&overflow, NULL, memory_order_acquire);
+        if (!newer) continue;
+        lull_huge *tail = newer;
+        while (tail->next)
+            tail = tail->next;
+        tail->next = list;
+        list = newer;
+    }
+}
+
+lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node) {
+    if (!atomic_load_explicit(&overflow, memory_order_relaxed)) return NULL;
+    /* taken whole (no ABA), so every header below is this thread's to read */
+    lull_huge *list = atomic_exchange_explicit(&overflow, NULL, memory_order_acquire);
+    lull_huge *best = NULL, *rest = NULL, **rest_end = &rest;
+    unsigned looked = 0;
+    while (list && looked++ < LULL_HUGE_QUEUE_ALIGNED_LOOKS) {
+        lull_huge *h = list;
+        list = h->next;
+        bool fits = lull_huge_node_of(h) == node &&
+                    ((uintptr_t)h + h->block_offset) % alignment == 0 &&
+                    lull_huge_fits(h->usable, size);
+        if (fits && (!best || h->usable < best->usable)) { /* the tightest fit */
+            lull_huge *swap = best;
+            best = h;
+            h = swap;
+        }
+        if (!h) continue;
+        *rest_end = h; /* in the order taken */
+        rest_end = &h->next;
+    }
+    *rest_end = list; /* and what was not looked at, after them */
+    overflow_give_back(rest);
+    if (best) bytes_sub(best->map_len); /* ours now */
+    return best;
 }
 
 lull_huge *lull_huge_queue_take_all(void) {

@@ -24,6 +24,16 @@
  * what bounds the backlog (a malloc that finds a fitting freed mapping
  * maps none). */
 #define LULL_HUGE_QUEUE_BACKLOG ((uint64_t)256 << 20)
+/* Queued address space over which a huge malloc that finds nothing to
+ * reuse waits for the reclaim thread's next tick before it maps a new
+ * block (reclaim_thread.c): reuse alone does not bound the queue when no
+ * freed mapping fits (sizes that grow, alignments past a slice whose
+ * blocks no slot names). A loop of aligned_alloc(1 GiB, n) and free() over
+ * 200 sizes held 14 TiB of address space at its peak, though it reused
+ * whatever fitted: each block mapped, touched and freed faster than the
+ * reclaim thread unmapped them. Address space only: the blocks' pages were
+ * purged or never touched. */
+#define LULL_HUGE_QUEUE_WAIT ((uint64_t)16 << 30)
 
 /* One slot as read at one moment. `h` must not be dereferenced unless a
  * claim below succeeded with this entry. */
@@ -47,6 +57,14 @@ void lull_huge_queue_push(lull_huge *h);
  * among all in slots; still accounted as `freed`, its block dirty. Or
  * NULL. No system call, no lock. */
 lull_huge *lull_huge_queue_take(size_t size, int node, uint64_t keep_bound);
+/* The best fitting mapping of `node` for `size` whose block starts at a
+ * multiple of `alignment` (over a slice: such blocks are never in a slot,
+ * their word cannot name them), from the overflow stack: taken whole, the
+ * first LULL_HUGE_QUEUE_ALIGNED_LOOKS looked at, the rest given back.
+ * Still accounted as `freed`, its block dirty; or NULL. No system call, no
+ * lock; a walk of headers the caller owns while it looks. */
+lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node);
+#define LULL_HUGE_QUEUE_ALIGNED_LOOKS 64
 /* Address space queued (slots and overflow); never below what they hold. */
 uint64_t lull_huge_queue_bytes(void);
 /* Take every queued mapping, slots and overflow, as a list linked by

@@ -439,7 +439,17 @@ static bool thread_runs(void) {
  * fit), so freed huge blocks do not pile up. The queue is taken whole and
  * the others pushed back; request threads race only on the lock-free
  * queue. */
-static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
+static lull_huge *huge_take(size_t size, size_t alignment, int node, bool *zeroed) {
+    if (alignment > LULL_SLICE_SIZE) {
+        /* only the overflow holds blocks aligned past a slice (huge_queue.h);
+         * passing over cached mappings that could never serve it is no miss */
+        lull_huge *h = lull_huge_queue_take_aligned(size, alignment, node);
+        if (h) {
+            *zeroed = false; /* never purged: the reclaim thread purges only what it owns */
+            h->reuse_gap_ms = LULL_HUGE_NO_GAP;
+        }
+        return h;
+    }
     lull_huge *found = lull_huge_cache_take(size, node, zeroed);
     if (!found && atomic_load_explicit(&R.running, memory_order_relaxed) &&
         lull_huge_cache_bytes() != 0) {
@@ -468,6 +478,27 @@ static lull_huge *huge_reuse(size_t size, int node, bool *zeroed) {
     }
     *zeroed = false;
     return found;
+}
+
+/* The queue's bound (huge_queue.h, LULL_HUGE_QUEUE_WAIT): a huge malloc
+ * that found nothing to reuse while the queue holds more address space
+ * waits for the reclaim thread's next tick, which unmaps it, and looks
+ * again; the request thread itself unmaps nothing. Not on the reclaim
+ * thread, nor where the heap limit's relief does not wait (relieve). */
+static bool waited_for_backlog(void) {
+    if (lull_huge_queue_bytes() <= LULL_HUGE_QUEUE_WAIT) return false;
+    if (on_reclaim_thread || lull_reclaim_no_start ||
+        !atomic_load_explicit(&R.running, memory_order_relaxed))
+        return false;
+    STAT_ADD(huge_backlog_waits, 1);
+    wait_for_tick(request_tick(false), -1);
+    return true;
+}
+
+static lull_huge *huge_reuse(size_t size, size_t alignment, int node, bool *zeroed) {
+    lull_huge *h = huge_take(size, alignment, node, zeroed);
+    if (h || !waited_for_backlog()) return h;
+    return huge_take(size, alignment, node, zeroed);
 }
 
 /* free() of a huge block, on any thread: into the cache when the reclaim
@@ -556,6 +587,7 @@ void lull_reclaim_get_stats(lull_reclaim_stats *out) {
     STAT_GET(inline_purges);
     STAT_GET(forced_ticks);
     STAT_GET(limit_waits);
+    STAT_GET(huge_backlog_waits);
     STAT_GET(backend);
     STAT_GET(delay_ms);
     STAT_GET(mode);
