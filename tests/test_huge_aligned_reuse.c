@@ -47,7 +47,7 @@ static uint64_t reused_count(void) {
 }
 
 static uint64_t backlog_waits(void) {
-    lull_reclaim_stats s;
+    lull_reclaim_stats s = {0};
     lull_reclaim_get_stats(&s);
     return s.huge_backlog_waits;
 }
