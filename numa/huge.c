@@ -19,6 +19,7 @@
 
 /* both set by the library constructor (base/fork_exec.h) */
 LULL_FORK_EXEC_DATA void (*lull_huge_release_hook)(lull_huge *h);
+LULL_FORK_EXEC_DATA void (*lull_huge_tail_hook)(void *start, size_t len, size_t dirty, int node);
 lull_huge_accounting lull_huge_acct[LULL_MAX_NODES];
 
 static lull_huge_accounting *acct_of(const lull_huge *h) {
@@ -276,4 +277,35 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
         h->usable = pages;
     }
     return true;
+}
+
+bool lull_huge_shrink_in_place(lull_huge *h, size_t size) {
+    if (!lull_huge_tail_hook) return false;
+    size_t pages = LULL_PAGES_OF(size);
+    if (pages >= h->usable) return false;
+    char *cut = (char *)h + h->block_offset + pages;
+    size_t len = (size_t)((char *)h->map_base + h->map_len - cut);
+    size_t dirty = h->usable - pages; /* the rest of the tail is slack */
+    lull_huge_accounting *a = acct_of(h);
+    /* live until now, freed (maybe resident) until the reclaim thread's
+     * purge and unmap, which subtracts them with the slack and `mapped` */
+    ACCT_SUB(live, dirty);
+    ACCT_ADD(freed, dirty);
+    h->usable = pages;
+    h->size = size;
+    /* the mapping ends at the cut from now on: a free's unmap, or a
+     * growth in place (which finds the tail mapped until it is given
+     * back, EEXIST, and copies) */
+    h->map_len = (size_t)(cut - (char *)h->map_base);
+    if (len) lull_huge_tail_hook(cut, len, dirty, h->node);
+    return true;
+}
+
+void lull_huge_unmap_tail(void *start, size_t len, size_t dirty, int node) {
+    lull_huge_accounting *a = &lull_huge_acct[node >= 0 && node < LULL_MAX_NODES ? node : 0];
+    lull_resident_sub(dirty);
+    ACCT_SUB(freed, dirty);
+    ACCT_SUB(slack, len - dirty);
+    ACCT_SUB(mapped, len);
+    munmap(start, len);
 }

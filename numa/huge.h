@@ -41,6 +41,22 @@ void lull_huge_free(lull_huge *h, void *p);
  * address space after it is free. False: the caller must copy (and for a
  * size over LULL_MAX_ALLOC, whose malloc fails, keeps the block as it is). */
 bool lull_huge_grow_in_place(lull_huge *h, size_t size);
+/* realloc of a huge block to a `size` (non-zero) under half its usable
+ * size: keep the block where it is, its usable size the size's pages, and
+ * hand the mapping's tail after them (the block's pages given up, maybe
+ * resident, and the slack after the block) to lull_huge_tail_hook, which
+ * gives it back on the reclaim thread. A copy to a new block took 120-320
+ * ms for a 23 MiB block. False (no hook): the caller copies. */
+bool lull_huge_shrink_in_place(lull_huge *h, size_t size);
+/* Take a tail cut off a huge block: [start, start + len), page aligned,
+ * its first `dirty` bytes the block's (maybe resident, counted in the
+ * resident estimate and as `freed`), the rest slack; accounting node
+ * `node`. Set by reclaim/. */
+extern void (*lull_huge_tail_hook)(void *start, size_t len, size_t dirty, int node);
+/* Unmap such a tail (the reclaim thread, after its purge; or inline as
+ * lull_huge_unmap is): its bytes leave the accounting and the resident
+ * estimate. */
+void lull_huge_unmap_tail(void *start, size_t len, size_t dirty, int node);
 /* Hand a freed huge block to whoever gives it back to the kernel (the
  * reclaim thread's cache or queue; set by reclaim/). */
 extern void (*lull_huge_release_hook)(lull_huge *h);

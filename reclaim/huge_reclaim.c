@@ -2,6 +2,7 @@
 #include "reclaim/huge_reclaim.h"
 #include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
+#include "reclaim/huge_tail.h"
 #include "reclaim/policy.h"
 #include "reclaim/purge_backend.h"
 #include "base/config.h"
@@ -178,9 +179,29 @@ static bool purge_cached(struct purge_backend *b, uint32_t now, long delay, int 
     return work;
 }
 
+/* The tails of huge blocks shrunk in place (huge_tail.h): each purged
+ * where it was the block's, then unmapped, as a freed mapping is. */
+static bool give_back_tails(struct purge_backend *b) {
+    lull_huge_tail *t = lull_huge_tail_take_all();
+    bool work = t != NULL;
+    while (t) {
+        lull_huge_tail next = *t; /* the node is in the pages given back */
+        purge_range ranges[PURGE_RING_ENTRIES];
+        size_t n = 0;
+        /* after the node's page, which the unmap takes with the rest */
+        if (next.dirty > LULL_PAGE_SIZE)
+            purge_in_ranges(b, (char *)t + LULL_PAGE_SIZE, next.dirty - LULL_PAGE_SIZE,
+                            MADV_DONTNEED, ranges, &n);
+        if (n) purge_backend_run(b, ranges, n, MADV_DONTNEED, NULL);
+        lull_huge_unmap_tail(t, next.len, next.dirty, next.node);
+        t = next.next;
+    }
+    return work;
+}
+
 bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, int advice,
                             lull_huge_reclaim_counts *c) {
-    bool work = false;
+    bool work = give_back_tails(b);
     uint64_t bound = __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED);
     long idle = __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED);
     lull_huge_cache_entry e;
@@ -203,7 +224,7 @@ bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, i
 }
 
 bool lull_huge_reclaim_all(struct purge_backend *b, uint32_t now, lull_huge_reclaim_counts *c) {
-    bool work = false;
+    bool work = give_back_tails(b);
     lull_huge_cache_entry e;
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         /* a malloc that takes the entry first has it: it is in use, not cached */

@@ -25,6 +25,7 @@
 #include "reclaim/huge_cache.h"
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_reclaim.h"
+#include "reclaim/huge_tail.h"
 #include "reclaim/huge_word.h"
 #include "reclaim/memory_short.h"
 #include "reclaim/policy.h"
@@ -525,6 +526,22 @@ void lull_reclaim_huge_push(lull_huge *h) {
     lull_huge_queue_push(h);
 }
 
+/* The tail of a huge block shrunk in place by realloc (numa/huge.h), on its
+ * owner's thread: to the reclaim thread, which purges and unmaps it at its
+ * next tick, or unmapped here where a freed huge block would be. */
+static void huge_tail_push(void *start, size_t len, size_t dirty, int node) {
+    lull_reclaim_want();
+    if (!atomic_load_explicit(&R.running, memory_order_relaxed) &&
+        __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED) &&
+        atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
+            LULL_RECLAIM_NOT_DEFERRED) {
+        STAT_ADD(inline_purges, 1);
+        lull_huge_unmap_tail(start, len, dirty, node);
+        return;
+    }
+    lull_huge_tail_push(start, len, dirty, node);
+}
+
 LULL_EXPORT bool lull_reclaim_now(void) {
     if (!thread_runs()) return false;
     /* a tick that started after our request answers it */
@@ -688,6 +705,7 @@ LULL_FORK_EXEC_TEXT void lull_reclaim_register(void) {
         .fork_child = reclaim_fork_child,
     };
     lull_huge_release_hook = lull_reclaim_huge_push;
+    lull_huge_tail_hook = huge_tail_push;
     lull_huge_reuse_hook = huge_reuse;
     lull_huge_held_hook = huge_held;
     __atomic_store_n(&lull_resident_relief_hook, relieve, __ATOMIC_RELEASE);
