@@ -1,7 +1,7 @@
 /* The statistics' huge cache counts (lull_stats(), huge_cache_hits and
  * huge_cache_misses): a miss is a huge allocation that found no freed
- * mapping and mapped anew, once. An aligned block (which never takes a
- * freed mapping) mapped anew was not counted at all, and an allocation
+ * mapping and mapped anew, once. An aligned block (which took no freed
+ * mapping then) mapped anew was not counted at all, and an allocation
  * refused at the heap limit counted two misses (before and after the
  * reclaim thread's purge) though it mapped nothing. */
 #define _GNU_SOURCE
@@ -44,16 +44,20 @@ Test(huge_cache_counts, each_huge_block_mapped_anew_is_one_miss, .init = setup) 
     counts(&h, &m);
     cr_assert_eq(m, m0 + 1, "plain: %llu misses more", (unsigned long long)(m - m0));
     static const size_t aligns[] = {128 << 10, 16 * MiB, 32 * MiB, 64 * MiB};
+    void *q[sizeof aligns / sizeof aligns[0]];
+    /* each kept until the end: a freed one aligned far enough would serve
+     * the next (a hit: tests/test_huge_aligned_reuse.c) */
     for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
-        void *q = lull_aligned_alloc(aligns[i], 20 * MiB);
-        cr_assert_not_null(q);
+        q[i] = lull_aligned_alloc(aligns[i], 20 * MiB);
+        cr_assert_not_null(q[i]);
         uint64_t m1 = m;
         counts(&h, &m);
         cr_assert_eq(m, m1 + 1, "aligned at %zu KiB: %llu misses more", aligns[i] >> 10,
                      (unsigned long long)(m - m1));
-        lull_free(q);
     }
     cr_assert_eq(h, h0);
+    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++)
+        lull_free(q[i]);
     lull_free(p);
 }
 
