@@ -347,12 +347,14 @@ void lull_arena_free_span(lull_span *span) {
 
 /* Reclaim side ------------------------------------------------------- */
 
-/* any_age: every dirty slice, whatever its time (lull_purge_all: with the
- * purge delay "never", a slice may have been free longer than the 24 days
- * that a 32-bit millisecond difference tells apart) */
-static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
-                          lull_claim_cursor *at, lull_slice_run *out, size_t max,
-                          size_t max_bytes) {
+/* One claim of a walk over the arena's free slices (lull_claim_cursor):
+ * the dirty ones freed at or before before_ms, or (lazy) the MADV_FREE'd
+ * ones purged at or before it, to purge again. any_age: every one, whatever
+ * its time (lull_purge_all: with the purge delay "never", a slice may have
+ * been free longer than the 24 days that a 32-bit millisecond difference
+ * tells apart). */
+static size_t claim_free(lull_arena *a, bool lazy, uint32_t before_ms, bool any_age,
+                         lull_claim_cursor *at, lull_slice_run *out, size_t max, size_t max_bytes) {
     size_t n = 0, bytes = 0;
     bool resume = at && at->segment;
     lull_segment *s =
@@ -361,17 +363,19 @@ static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
     lull_segment *last = s, *first_s = s;
     unsigned first_w = w;
     for (; s && n < max && bytes < max_bytes; w = 0) {
+        lull_slice_history *h = lull_slice_history_of(s);
+        /* a lazy slice is claimed by the time of its purge, which made it lazy */
+        _Atomic uint32_t *stamp = lazy ? h->purged_ms : h->freed_ms;
         for (; w < LULL_SLICE_WORDS && n < max && bytes < max_bytes; w++) {
             lull_slice_word x;
             lull_slices_word(s, w, &x);
-            uint64_t d = x.dirty;
+            uint64_t d = lazy ? x.lazy & x.clean : x.dirty;
             if (!d) continue;
             uint64_t old_enough = any_age ? d : 0;
             for (uint64_t bits = any_age ? 0 : d; bits; bits &= bits - 1) {
                 unsigned b = (unsigned)__builtin_ctzll(bits);
-                uint32_t t = atomic_load_explicit(&lull_slice_history_of(s)->freed_ms[w * 64 + b],
-                                                  memory_order_relaxed);
-                if ((int32_t)(freed_before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
+                uint32_t t = atomic_load_explicit(&stamp[w * 64 + b], memory_order_relaxed);
+                if ((!lazy || t) && (int32_t)(before_ms - t) >= 0) old_enough |= (uint64_t)1 << b;
             }
             if (!old_enough) continue;
             uint64_t free_bits = 0;
@@ -382,8 +386,11 @@ static size_t claim_dirty(lull_arena *a, uint32_t freed_before_ms, bool any_age,
                 if (!old_enough) continue;
             }
             uint64_t emitted;
-            n += lull_slices_claim(s, w, LULL_SLICES_DIRTY, old_enough, out + n, max - n, &emitted);
+            n += lull_slices_claim(s, w, lazy ? LULL_SLICES_CLEAN : LULL_SLICES_DIRTY, old_enough,
+                                   out + n, max - n, &emitted);
             if (emitted && free_bits) lull_thp_note_purge(s, w, emitted, free_bits);
+            /* what is purged again is lazy no more */
+            if (lazy && emitted) lull_slices_clear_lazy(s, w, emitted);
             bytes += (size_t)__builtin_popcountll(emitted) * LULL_SLICE_SIZE;
             /* the run bound may have cut this word: the next claim starts
              * at it again (not when the claim started at it: the next one
@@ -405,12 +412,12 @@ stop:
 
 size_t lull_arena_claim_dirty(lull_arena *a, uint32_t freed_before_ms, lull_claim_cursor *at,
                               lull_slice_run *out, size_t max, size_t max_bytes) {
-    return claim_dirty(a, freed_before_ms, false, at, out, max, max_bytes);
+    return claim_free(a, false, freed_before_ms, false, at, out, max, max_bytes);
 }
 
 size_t lull_arena_claim_all_dirty(lull_arena *a, lull_claim_cursor *at, lull_slice_run *out,
                                   size_t max, size_t max_bytes) {
-    return claim_dirty(a, 0, true, at, out, max, max_bytes);
+    return claim_free(a, false, 0, true, at, out, max, max_bytes);
 }
 
 void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
@@ -422,47 +429,14 @@ void lull_arena_purge_done(const lull_slice_run *r, bool lazy) {
     lull_slices_finish(r, lazy ? LULL_SLICES_CLEAN_LAZY : LULL_SLICES_CLEAN);
 }
 
-static size_t claim_lazy(lull_arena *a, uint32_t purged_before_ms, bool any_age,
-                         lull_slice_run *out, size_t max) {
-    size_t n = 0;
-    for (lull_segment *s = atomic_load_explicit(&a->segments, memory_order_acquire); s && n < max;
-         s = s->next) {
-        for (unsigned w = 0; w < LULL_SLICE_WORDS && n < max; w++) {
-            lull_slice_word x;
-            lull_slices_word(s, w, &x);
-            uint64_t lazy = x.lazy & x.clean;
-            uint64_t old = any_age ? lazy : 0;
-            for (uint64_t bits = any_age ? 0 : lazy; bits; bits &= bits - 1) {
-                unsigned b = (unsigned)__builtin_ctzll(bits);
-                uint32_t t = atomic_load_explicit(&lull_slice_history_of(s)->purged_ms[w * 64 + b],
-                                                  memory_order_relaxed);
-                if (t && (int32_t)(purged_before_ms - t) >= 0) old |= (uint64_t)1 << b;
-            }
-            if (!old) continue;
-            uint64_t free_bits = 0;
-            if (lull_thp_on()) {
-                free_bits = lull_slices_free_word(s, w);
-                if (!any_age) old = lull_thp_purgeable(s, w, old, free_bits);
-                if (!old) continue;
-            }
-            /* the same claim as for dirty slices, from the clean map; what is
-             * re-purged is lazy no more */
-            uint64_t emitted;
-            n += lull_slices_claim(s, w, LULL_SLICES_CLEAN, old, out + n, max - n, &emitted);
-            if (emitted && free_bits) lull_thp_note_purge(s, w, emitted, free_bits);
-            if (emitted) lull_slices_clear_lazy(s, w, emitted);
-        }
-    }
-    return n;
+size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_claim_cursor *at,
+                             lull_slice_run *out, size_t max, size_t max_bytes) {
+    return claim_free(a, true, purged_before_ms, false, at, out, max, max_bytes);
 }
 
-size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
-                             size_t max) {
-    return claim_lazy(a, purged_before_ms, false, out, max);
-}
-
-size_t lull_arena_claim_all_lazy(lull_arena *a, lull_slice_run *out, size_t max) {
-    return claim_lazy(a, 0, true, out, max);
+size_t lull_arena_claim_all_lazy(lull_arena *a, lull_claim_cursor *at, lull_slice_run *out,
+                                 size_t max, size_t max_bytes) {
+    return claim_free(a, true, 0, true, at, out, max, max_bytes);
 }
 
 /* Run r dirty, freed now as far as the purge delay is concerned. */

@@ -58,13 +58,14 @@ lull_span *lull_arena_try_alloc_span(lull_arena *a, unsigned slices, bool *zeroe
 /* Give a span's slices back as FREE_DIRTY, stamped with the time. */
 void lull_arena_free_span(lull_span *span);
 
-/* Where the next of a series of dirty claims starts: one walk over the
- * arena, batch after batch. Each claim starts where the last one stopped,
- * so a run the kernel refused to purge (a locked page), which goes back to
- * dirty, is not claimed again by the same walk: a walk that began each
- * batch at the newest segment took the same refused runs for ever, and
- * when they filled a batch, nothing behind them was purged
- * (tests/test_step_refused_batch.c). Zeroed: the newest segment's first
+/* Where the next of a series of dirty (or lazy) claims starts: one walk
+ * over the arena, batch after batch. Each claim starts where the last one
+ * stopped, so a run the kernel refused to purge (a locked page), which goes
+ * back to dirty, is not claimed again by the same walk: a walk that began
+ * each batch at the newest segment took the same refused runs for ever,
+ * and when they filled a batch, nothing behind them was purged
+ * (tests/test_step_refused_batch.c; the lazy step ended at a batch that
+ * purged nothing: tests/test_step_refused_lazy.c). Zeroed: the newest segment's first
  * word. Segments are never removed, so the segment stays valid; segments
  * mapped meanwhile (before it in the list) are not walked. */
 typedef struct lull_claim_cursor {
@@ -86,11 +87,13 @@ size_t lull_arena_claim_all_dirty(lull_arena *a, lull_claim_cursor *at, lull_sli
 void lull_arena_purge_done(const lull_slice_run *run, bool lazy);
 /* Claim FREE_CLEAN slices that were purged with MADV_FREE at or before
  * `purged_before_ms` (still resident unless the kernel took them), to
- * purge them again with MADV_DONTNEED: PURGING on return. */
-size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_slice_run *out,
-                             size_t max);
+ * purge them again with MADV_DONTNEED, as lull_arena_claim_dirty claims
+ * (runs, bounds, cursor): PURGING and lazy no more on return. */
+size_t lull_arena_claim_lazy(lull_arena *a, uint32_t purged_before_ms, lull_claim_cursor *at,
+                             lull_slice_run *out, size_t max, size_t max_bytes);
 /* Every MADV_FREE'd slice, whatever its age (lull_purge_all). */
-size_t lull_arena_claim_all_lazy(lull_arena *a, lull_slice_run *out, size_t max);
+size_t lull_arena_claim_all_lazy(lull_arena *a, lull_claim_cursor *at, lull_slice_run *out,
+                                 size_t max, size_t max_bytes);
 /* The purge failed: PURGING -> FREE_DIRTY, nothing lost. */
 void lull_arena_purge_failed(const lull_slice_run *run);
 /* Warm reserve (reclaim thread): take up to max_slices FREE_CLEAN (zeroed)

@@ -60,22 +60,33 @@ static size_t purge_runs(struct purge_backend *b, lull_reclaim_stats *st,
     return bytes;
 }
 
-bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_arena *a,
-                      uint32_t freed_before, bool any_age, int advice) {
+/* One batch of a walk's claims: dirty slices, or (lazy) MADV_FREE'd ones. */
+static size_t claim_free(lull_arena *a, bool lazy, uint32_t before, bool any_age,
+                         lull_claim_cursor *at, lull_slice_run *runs) {
+    if (lazy)
+        return any_age
+                   ? lull_arena_claim_all_lazy(a, at, runs, LULL_STEP_RUNS, LULL_STEP_BYTES)
+                   : lull_arena_claim_lazy(a, before, at, runs, LULL_STEP_RUNS, LULL_STEP_BYTES);
+    return any_age ? lull_arena_claim_all_dirty(a, at, runs, LULL_STEP_RUNS, LULL_STEP_BYTES)
+                   : lull_arena_claim_dirty(a, before, at, runs, LULL_STEP_RUNS, LULL_STEP_BYTES);
+}
+
+/* One walk over the arena's dirty (or lazy) slices, batch after batch, or
+ * its first batch only (one_batch). One walk: a run the kernel refused (a
+ * locked page; mlockall: every one) is dirty again, and a claim from the
+ * newest segment took it again, batch after batch (a lazy one is lazy no
+ * more, but the lazy step ended at a batch that purged nothing); a batch of
+ * refused runs only ended the step, and every slice behind them stayed
+ * unpurged after lull_purge_all() (tests/test_step_refused_batch.c,
+ * tests/test_step_refused_lazy.c). */
+static bool walk_free(struct purge_backend *b, lull_reclaim_stats *st, lull_arena *a, bool lazy,
+                      uint32_t before, bool any_age, int advice, bool one_batch) {
     lull_slice_run runs[LULL_STEP_RUNS];
     bool work = false;
-    /* one walk over the arena: a run the kernel refused (a locked page;
-     * mlockall: every one) is dirty again, and a claim from the newest
-     * segment took it again, batch after batch; a batch of refused runs
-     * only ended the step, and every dirty slice behind them stayed dirty
-     * after lull_purge_all() (tests/test_step_refused_batch.c) */
     lull_claim_cursor at = {0};
     for (;;) {
         lull_steps_lock();
-        size_t n = any_age
-                       ? lull_arena_claim_all_dirty(a, &at, runs, LULL_STEP_RUNS, LULL_STEP_BYTES)
-                       : lull_arena_claim_dirty(a, freed_before, &at, runs, LULL_STEP_RUNS,
-                                                LULL_STEP_BYTES);
+        size_t n = claim_free(a, lazy, before, any_age, &at, runs);
         size_t claimed = 0;
         for (size_t i = 0; i < n; i++)
             claimed += (size_t)runs[i].count << LULL_SLICE_SHIFT;
@@ -83,35 +94,34 @@ bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_aren
         lull_steps_unlock();
         if (n == 0) break;
         work = true;
-        STAT_ADD(st, purge_runs, n);
-        STAT_ADD(st, purged_bytes, bytes);
+        /* a lazy slice's bytes were counted when it was MADV_FREE'd */
+        if (!lazy) {
+            STAT_ADD(st, purge_runs, n);
+            STAT_ADD(st, purged_bytes, bytes);
+        }
         /* short by what was claimed, not by what was purged: a batch cut
          * at the byte bound with one run refused (a locked page) is not
          * the last, and ending there left every dirty slice past it
          * (tests/test_step_refused_run.c). A short batch reached the end
          * of the walk. (A batch of refused runs only, mlockall's, needs no
          * end of its own: the walk goes on past them, and ends.) */
-        if (n < LULL_STEP_RUNS && claimed < LULL_STEP_BYTES) break;
+        if (one_batch || (n < LULL_STEP_RUNS && claimed < LULL_STEP_BYTES)) break;
     }
     return work;
 }
 
+bool lull_step_slices(struct purge_backend *b, lull_reclaim_stats *st, lull_arena *a,
+                      uint32_t freed_before, bool any_age, int advice) {
+    return walk_free(b, st, a, false, freed_before, any_age, advice, false);
+}
+
 /* MADV_FREE'd slices still count in RSS until the kernel needs the pages:
- * the ones that stayed free long enough are purged for good. */
+ * the ones that stayed free long enough are purged for good, one batch a
+ * tick (lull_purge_all's: every one). A refused run is dirty again, freed
+ * from the refusal on: the dirty step's, a purge delay later. */
 bool lull_step_lazy(struct purge_backend *b, lull_reclaim_stats *st, lull_arena *a,
                     uint32_t purged_before, bool any_age) {
-    lull_slice_run runs[LULL_STEP_RUNS];
-    bool work = false;
-    size_t n, bytes;
-    do {
-        lull_steps_lock();
-        n = any_age ? lull_arena_claim_all_lazy(a, runs, LULL_STEP_RUNS)
-                    : lull_arena_claim_lazy(a, purged_before, runs, LULL_STEP_RUNS);
-        bytes = n ? purge_runs(b, st, runs, n, MADV_DONTNEED) : 0;
-        lull_steps_unlock();
-        work |= n > 0;
-    } while (any_age && n == LULL_STEP_RUNS && bytes); /* all refused: as above */
-    return work;
+    return walk_free(b, st, a, true, purged_before, any_age, MADV_DONTNEED, !any_age);
 }
 
 /* Pages parked inside spans still in use (numa/page_park.h), one batch of
