@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include "base/linux_compat.h"
@@ -44,7 +45,15 @@ static placement huge_place;
 _Atomic uint64_t lull_os_slack_bytes;
 
 size_t lull_os_page_size(void) {
-    return LULL_PAGE_SIZE;
+    /* the auxiliary vector, read once (no system call, no allocation) */
+    static _Atomic size_t page_size;
+    size_t ps = atomic_load_explicit(&page_size, memory_order_relaxed);
+    if (!ps) {
+        unsigned long v = getauxval(AT_PAGESZ);
+        ps = v ? (size_t)v : LULL_PAGE_SIZE;
+        atomic_store_explicit(&page_size, ps, memory_order_relaxed);
+    }
+    return ps;
 }
 
 static uintptr_t align_up(uintptr_t x, size_t a) {

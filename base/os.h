@@ -26,6 +26,9 @@ void *lull_os_huge_map(size_t len, void **base, size_t *map_len);
 /* The huge blocks' region (its hint starts over at lo when it passes hi);
  * for the tests. */
 void lull_os_huge_region(uintptr_t *lo, uintptr_t *hi);
+/* The kernel's page size (AT_PAGESZ): what valloc and pvalloc align to, and
+ * the unit of a madvise range. LULL_PAGE_SIZE (4 KiB) is lull's own unit of
+ * parked pages and of its metadata's layout, not the kernel's. */
 size_t lull_os_page_size(void);
 /* MADV_COLLAPSE of [addr, addr + len) into huge pages: 0 or the errno. The
  * reclaim thread's only (numa/thp.h): it may take milliseconds. */

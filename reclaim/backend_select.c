@@ -2,12 +2,12 @@
  * checks, batching, dispatch), degradation, close and fork. */
 #include "reclaim/purge_backend.h"
 #include "base/message.h"
+#include "base/os.h"
 #include "base/fork_exec.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -85,7 +85,7 @@ lull_backend_kind purge_backend_open(purge_backend *b, lull_backend_kind want,
     if (!try_pm) return b->kind;
 
     /* Probes purge one touched scratch page (an empty range if none). */
-    size_t ps = getauxval(AT_PAGESZ) ? getauxval(AT_PAGESZ) : 4096;
+    size_t ps = lull_os_page_size();
     purge_range probe = {NULL, 0};
     void *scratch = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (scratch != MAP_FAILED) {
@@ -180,7 +180,7 @@ LULL_FORK_EXEC_TEXT void purge_backend_forget_after_fork(purge_backend *b) {
 
 size_t purge_backend_run(purge_backend *b, const purge_range *r, size_t n, int advice,
                          int *results) {
-    const uintptr_t page_mask = (getauxval(AT_PAGESZ) ? getauxval(AT_PAGESZ) : 4096) - 1;
+    const uintptr_t page_mask = lull_os_page_size() - 1;
     size_t ok = 0;
     purge_count(&b->runs, 1);
     b->not_purging = advice != MADV_DONTNEED && advice != MADV_FREE;

@@ -7,6 +7,7 @@
 #include "src/profile.h"
 #include "numa/huge.h"
 #include "base/message.h"
+#include "base/os.h"
 
 #include <errno.h>
 #include <string.h>
@@ -254,16 +255,19 @@ LULL_EXPORT LULL_ENTRY_TEXT void *memalign(size_t alignment, size_t size) {
     return lull_aligned_alloc(alignment, size);
 }
 
+/* valloc and pvalloc: the kernel's page, not lull's 4 KiB unit (16 or
+ * 64 KiB on some arm64, ppc64 and loongarch kernels). */
 LULL_EXPORT LULL_ENTRY_TEXT void *valloc(size_t size) {
-    return lull_aligned_alloc(LULL_PAGE_SIZE, size);
+    return lull_aligned_alloc(lull_os_page_size(), size);
 }
 
+/* Whole pages: pvalloc(0) is one, as tcmalloc's (glibc's is 1 byte). */
 LULL_EXPORT LULL_ENTRY_TEXT void *pvalloc(size_t size) {
-    size_t rounded;
-    if (__builtin_add_overflow(size, LULL_PAGE_SIZE - 1, &rounded)) {
+    size_t page = lull_os_page_size(), rounded;
+    if (__builtin_add_overflow(size ? size : 1, page - 1, &rounded)) {
         errno = ENOMEM;
         return NULL;
     }
-    return lull_aligned_alloc(LULL_PAGE_SIZE, rounded & ~(LULL_PAGE_SIZE - 1));
+    return lull_aligned_alloc(page, rounded & ~(page - 1));
 }
 #endif

@@ -9,10 +9,12 @@
 #include "src/heap.h"
 #include "src/size_class.h"
 #include "src/span.h"
+#include "base/os.h"
 #include "base/types.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -581,6 +583,41 @@ Test(malloc_api, alignments_above_2_63_fail_at_once, .init = init, .timeout = 30
     cr_assert(lull_owns(m));
     cr_assert_eq((uintptr_t)m % 4096, 0);
     free(m);
+#endif
+}
+
+/* valloc and pvalloc align to the kernel's page, whatever it is (16 or
+ * 64 KiB on some arm64, ppc64 and loongarch kernels), not to lull's own
+ * 4 KiB unit; pvalloc gives whole pages, one for 0 bytes. */
+Test(malloc_api, valloc_and_pvalloc_use_the_kernels_page_size, .init = init) {
+#ifdef LULL_OVERRIDE
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    cr_assert_eq(lull_os_page_size(), page);
+    size_t sizes[] = {0, 1, 100, page - 1, page, page + 1, 3 * page + 5, 300 * KiB};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t s = sizes[k];
+        void *v = valloc(s);
+        cr_assert_not_null(v, "valloc(%zu)", s);
+        cr_assert(lull_owns(v), "valloc(%zu) is not lull's", s);
+        cr_assert_eq((uintptr_t)v % page, 0, "valloc(%zu) = %p, not %zu-aligned", s, v, page);
+        cr_assert_geq(lull_usable_size(v), s);
+        free(v);
+        void *p = pvalloc(s);
+        cr_assert_not_null(p, "pvalloc(%zu)", s);
+        cr_assert(lull_owns(p), "pvalloc(%zu) is not lull's", s);
+        cr_assert_eq((uintptr_t)p % page, 0, "pvalloc(%zu) = %p, not %zu-aligned", s, p, page);
+        size_t whole = s ? (s + page - 1) / page * page : page;
+        size_t usable = lull_usable_size(p);
+        cr_assert_geq(usable, whole, "pvalloc(%zu): %zu usable bytes, not whole %zu-byte pages", s,
+                      usable, page);
+        ((volatile char *)p)[usable - 1] = 1; /* usable means writable */
+        free(p);
+    }
+    errno = 0;
+    cr_assert_null(pvalloc(SIZE_MAX - page / 2));
+    cr_assert_eq(errno, ENOMEM);
+#else
+    cr_skip_test("valloc and pvalloc are lull's only with LULL_OVERRIDE");
 #endif
 }
 
