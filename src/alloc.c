@@ -627,8 +627,12 @@ static void remote_free(lull_block *b, lull_span *span, lull_heap *owner) {
 }
 
 /* A remote free in h's outbox (outbox.h): block b of span, which `owner`
- * owns, of two words at least; h is a thread's heap. */
-static inline void send_home(lull_block *b, lull_span *span, lull_heap *h, lull_heap *owner) {
+ * owns, of two words at least; h is a thread's heap. The free is counted
+ * here, and a message sent gives the abandoned heaps and h's own inbox a
+ * collection (reuse.c's send_kept_block_home sends a block kept for reuse,
+ * counted when it was kept, and collects nothing: it runs in a flush). */
+static inline void send_remote_free(lull_block *b, lull_span *span, lull_heap *h,
+                                    lull_heap *owner) {
     /* the owner exited: its heap's blocks come back now, not a reclaim
      * tick later (a chain of threads, each freeing what the last one
      * made) */
@@ -699,7 +703,7 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
             errno = saved;
         }
         if (h != &lull_heap_empty && span->block_size >= 2 * sizeof(uintptr_t)) {
-            send_home(b, span, h, owner);
+            send_remote_free(b, span, h, owner);
             return;
         }
         remote_free(b, span, owner);
@@ -748,7 +752,7 @@ __attribute__((noinline)) static void free_other_send(lull_block *b, lull_span *
         free_other_slow(b, span, h);
         return;
     }
-    send_home(b, span, h, owner);
+    send_remote_free(b, span, h, owner);
 }
 
 /* A block lull_free_other may keep but for the heap's byte bound, by a

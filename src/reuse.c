@@ -102,8 +102,10 @@ void lull_reuse_reset(lull_heap *h) {
     h->reuse_bytes = 0;
 }
 
-/* A kept block into the outbox, to its span's owner. */
-static void send_home(lull_heap *h, lull_block *b) {
+/* A kept block into the outbox, to its span's owner: no free counted (the
+ * free was, when the block was kept) and no collection (alloc.c's
+ * send_remote_free does both for a block freed now). */
+static void send_kept_block_home(lull_heap *h, lull_block *b) {
     lull_span *span = lull_span_of(lull_segment_of(b), b);
     lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
     lull_outbox_put(h, owner, b, span->block_size, NULL);
@@ -116,11 +118,11 @@ void lull_reuse_flush(lull_heap *h) {
             /* each next link read before the outbox links the block its way */
             for (lull_block *b = h->reuse[c].free, *next; b; b = next) {
                 next = lull_block_next(b);
-                send_home(h, b);
+                send_kept_block_home(h, b);
             }
             for (lull_block *b = h->reuse_other[c], *next; b; b = next) {
                 next = lull_message_next(b);
-                send_home(h, b);
+                send_kept_block_home(h, b);
             }
         }
         /* set still where a count cleared the class's bit after pops
