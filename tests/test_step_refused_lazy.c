@@ -47,6 +47,9 @@ static void setup(void) {
 
 static lull_arena a;
 static char *locked[LOCKED];
+/* the steps' backend (plain madvise: zeroed) and counts */
+static purge_backend b;
+static lull_reclaim_stats st;
 
 /* lazy slices (clean and MADV_FREE'd) of the arena */
 static size_t lazy_slices(void) {
@@ -74,10 +77,6 @@ static void lazy_everywhere(void) {
         memset(start, 0x5a, LULL_SLICE_SIZE);
         lull_arena_free_span(spans[i]);
     }
-    purge_backend b;
-    memset(&b, 0, sizeof b);
-    lull_reclaim_stats st;
-    memset(&st, 0, sizeof st);
     lull_step_slices(&b, &st, &a, 0, true, MADV_FREE);
     cr_assert_eq(lazy_slices(), LAZY_RUNS);
     int n = 0;
@@ -94,6 +93,7 @@ static void lazy_everywhere(void) {
             }
         }
     cr_assert_eq(n, LOCKED);
+    memset(&st, 0, sizeof st); /* the steps' counts from here on */
 }
 
 static void unlock_all(void) {
@@ -102,41 +102,33 @@ static void unlock_all(void) {
 }
 
 /* only the refused runs may be left: dirty again, nothing lazy */
-static void check_after_steps(const lull_reclaim_stats *st) {
-    cr_assert_geq(st->purge_failures, LOCKED,
+static void check_after_steps(void) {
+    cr_assert_geq(st.purge_failures, LOCKED,
                   "the locked runs were purged: this kernel purges locked pages");
     size_t lazy = lazy_slices();
     cr_assert_eq(lazy, 0,
-                  "%zu MADV_FREE'd slices left after the steps, of %d; the refused batch "
-                  "holds %d",
-                  lazy, LAZY_RUNS, LOCKED);
+                 "%zu MADV_FREE'd slices left after the steps, of %d; the refused batch "
+                 "holds %d",
+                 lazy, LAZY_RUNS, LOCKED);
     cr_assert_eq(lull_arena_count_slices(&a, 0), LOCKED, "the refused runs are dirty again");
 }
 
 Test(step_refused_lazy, purge_all_goes_past_a_batch_of_refused_lazy_runs, .init = setup) {
     lazy_everywhere();
-    purge_backend b;
-    memset(&b, 0, sizeof b);
-    lull_reclaim_stats st;
-    memset(&st, 0, sizeof st);
     lull_step_lazy(&b, &st, &a, 0, true);
     unlock_all();
-    check_after_steps(&st);
+    check_after_steps();
 }
 
 /* A tick's step is one batch; the refused runs are dirty after it, so the
  * next tick's claim takes the lazy runs behind them. */
 Test(step_refused_lazy, ticks_go_past_a_batch_of_refused_lazy_runs, .init = setup) {
     lazy_everywhere();
-    purge_backend b;
-    memset(&b, 0, sizeof b);
-    lull_reclaim_stats st;
-    memset(&st, 0, sizeof st);
     uint32_t now = lull_now_ms();
     lull_step_lazy(&b, &st, &a, now, false);
     lull_step_lazy(&b, &st, &a, now, false);
     unlock_all();
-    check_after_steps(&st);
+    check_after_steps();
 }
 
 /* A refused lazy run is dirty again, freed from the refusal on: due a purge
@@ -144,10 +136,6 @@ Test(step_refused_lazy, ticks_go_past_a_batch_of_refused_lazy_runs, .init = setu
  * tick's lazy or dirty step. */
 Test(step_refused_lazy, a_refused_lazy_run_waits_a_purge_delay, .init = setup) {
     lazy_everywhere();
-    purge_backend b;
-    memset(&b, 0, sizeof b);
-    lull_reclaim_stats st;
-    memset(&st, 0, sizeof st);
     uint32_t first_tick = lull_now_ms();
     lull_step_lazy(&b, &st, &a, first_tick, false); /* the refused batch */
     lull_step_lazy(&b, &st, &a, first_tick, false); /* the rest, purged */
@@ -160,6 +148,5 @@ Test(step_refused_lazy, a_refused_lazy_run_waits_a_purge_delay, .init = setup) {
     unlock_all();
     cr_assert_geq(refused, LOCKED, "the locked runs were purged: this kernel purges locked pages");
     cr_assert(!work && claimed_again == 0,
-              "the refused lazy runs were claimed again at once (%u refusals more)",
-              claimed_again);
+              "the refused lazy runs were claimed again at once (%u refusals more)", claimed_again);
 }
