@@ -34,8 +34,10 @@ typedef enum {
     LULL_RACE_RECLAIM_OPEN,   /* reclaim thread: a descriptor of its backend or refault monitor
                                * opened, not yet recorded where a fork child closes it */
     LULL_RACE_CORE_INIT,      /* the first allocation: the core initialising, not yet done */
-    LULL_RACE_COUNTER_PAGE_OPEN, /* counter page: created, locked and mapped, its descriptor
-                                  * not yet closed nor the mapping kept from fork children */
+    LULL_RACE_COUNTER_PAGE_OPEN,  /* counter page: created, locked and mapped, its descriptor
+                                   * not yet closed nor the mapping kept from fork children */
+    LULL_RACE_COUNTER_PAGE_SWEEP, /* counter page sweep: a page opened to judge it, not yet
+                                   * closed */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

@@ -69,7 +69,7 @@ static LULL_FORK_EXEC_DATA uint64_t request_served;
  * waits for the open to finish (for a second at most), and then finds the
  * page and removes it. So no page is created that an end does not remove. */
 static LULL_FORK_EXEC_DATA int opening, ending;
-/* Held across an open, and by fork's prepare handler: the object's
+/* Held across an open and a sweep, and by fork's prepare handler: the object's
  * descriptor holds the page's lock (flock, which a fork child shares) until
  * the open closes it, and the mapping is kept from fork children only once
  * the open has made it. A child copied in between kept both, and with them
@@ -452,6 +452,7 @@ bool counter_page_take_reopen(void) {
 static bool sweep_one(int dir, const char *name, enum name_kind kind) {
     int fd = openat(dir, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) return false;
+    LULL_RACE_POINT(LULL_RACE_COUNTER_PAGE_SWEEP); /* a fork from another thread lands here */
     struct stat st, again;
     uint64_t hdr[5] = {0};
     bool stale = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
@@ -468,7 +469,19 @@ static bool sweep_one(int dir, const char *name, enum name_kind kind) {
     return removed;
 }
 
+/* Under the open's lock, which fork's prepare handler takes: a child copied
+ * inside the sweep kept its descriptors (of /dev/shm, and of the page
+ * judged, with the shared lock taken on it) (tests/test_race_counter_page_open.c). */
+static int sweep_locked(void);
+
 int counter_page_sweep(void) {
+    pthread_mutex_lock(&open_lock);
+    int removed = sweep_locked();
+    pthread_mutex_unlock(&open_lock);
+    return removed;
+}
+
+static int sweep_locked(void) {
     int dir = open(LULL_COUNTERS_SHM_DIR, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
     if (dir < 0) return 0;
     /* getdents64, not readdir: opendir allocates */

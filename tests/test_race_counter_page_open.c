@@ -1,4 +1,5 @@
 /* fork() while another thread opens the counter page (src/counter_page.c),
+ * or sweeps stale pages (the second test, point counter_page_sweep),
  * with the race harness holding the open between the page's mmap and the
  * close of its descriptor (base/race.h, point counter_page_open; a
  * -DLULL_RACE=ON build).
@@ -24,6 +25,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -66,7 +68,7 @@ static int child_check(const unsigned char *before) {
             snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
             ssize_t n = readlink(link, target, sizeof target - 1);
             if (n > 0) target[n] = '\0';
-            snprintf(msg, MSG_LEN, "descriptor %d (%s) of the parent's counter page", fd, target);
+            snprintf(msg, MSG_LEN, "descriptor %d (%s), opened in the parent", fd, target);
             return 1;
         }
     FILE *maps = fopen("/proc/self/maps", "r");
@@ -93,7 +95,36 @@ static uint64_t now_ms(void) {
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-Test(race_counter_page_open, fork_while_another_thread_opens_the_page, .timeout = 300) {
+/* One trial: `run` on a thread of its own, held at `point` (seed s); the
+ * main thread forks once the point is reached. The child's exit status:
+ * 0 nothing of the parent's pages, 1 a descriptor or mapping (msg). */
+static int fork_at(lull_race_point_id point, void *(*run)(void *), uint64_t s) {
+    unsigned char before[MAX_FD];
+    fd_set_of_self(before);
+    msg[0] = '\0';
+    lull_race_arm(1u << point, 0xc0de0ULL * (s + 1), MAX_DELAY_US);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, run, NULL), 0);
+    uint64_t until = now_ms() + WAIT_MS;
+    while (lull_race_hits(point) == 0) {
+        cr_assert_lt(now_ms(), until, "the thread never reached %s (seed %llu)",
+                     lull_race_point_name(point), (unsigned long long)s);
+        sched_yield();
+    }
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) _exit(child_check(before));
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    void *rc;
+    pthread_join(t, &rc);
+    lull_race_arm(0, 0, 0);
+    cr_assert_eq((intptr_t)rc, 0, "%s failed (%d)", lull_race_point_name(point), (int)(intptr_t)rc);
+    cr_assert(WIFEXITED(status), "child died of signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
+
+static void start_without_a_page_of_its_own(void) {
     msg = mmap(NULL, MSG_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(msg, MAP_FAILED);
     void *p = lull_malloc(64); /* lull started */
@@ -101,35 +132,48 @@ Test(race_counter_page_open, fork_while_another_thread_opens_the_page, .timeout 
     /* the reclaim thread opens no page of its own meanwhile */
     __atomic_store_n(&lull_config.counter_page, false, __ATOMIC_RELAXED);
     counter_page_close();
+}
+
+Test(race_counter_page_open, fork_while_another_thread_opens_the_page, .timeout = 300) {
+    start_without_a_page_of_its_own();
     int failed = 0;
     char first[MSG_LEN] = "";
     for (uint64_t s = 0; s < SEEDS; s++) {
         snprintf(page_name, sizeof page_name, "/lull-race-open.%d.%d", (int)getpid(), (int)s);
-        unsigned char before[MAX_FD];
-        fd_set_of_self(before);
-        msg[0] = '\0';
-        lull_race_arm(1u << LULL_RACE_COUNTER_PAGE_OPEN, 0xc0de0ULL * (s + 1), MAX_DELAY_US);
-        pthread_t t;
-        cr_assert_eq(pthread_create(&t, NULL, open_page, NULL), 0);
-        uint64_t until = now_ms() + WAIT_MS;
-        while (lull_race_hits(LULL_RACE_COUNTER_PAGE_OPEN) == 0) {
-            cr_assert_lt(now_ms(), until, "the open never reached the point (seed %llu)",
-                         (unsigned long long)s);
-            sched_yield();
-        }
-        pid_t pid = fork();
-        cr_assert_geq(pid, 0);
-        if (pid == 0) _exit(child_check(before));
-        int status;
-        cr_assert_eq(waitpid(pid, &status, 0), pid);
-        void *rc;
-        pthread_join(t, &rc);
-        lull_race_arm(0, 0, 0);
-        cr_assert_eq((intptr_t)rc, 0, "the open failed (%d)", (int)(intptr_t)rc);
+        int kept = fork_at(LULL_RACE_COUNTER_PAGE_OPEN, open_page, s);
         counter_page_close();
-        cr_assert(WIFEXITED(status), "child died of signal %d", WTERMSIG(status));
-        if (WEXITSTATUS(status) != 0 && failed++ == 0) snprintf(first, sizeof first, "%s", msg);
+        if (kept && failed++ == 0) snprintf(first, sizeof first, "%s", msg);
     }
     cr_assert_eq(failed, 0, "%d of %d fork children kept the parent's counter page (the first: %s)",
+                 failed, SEEDS, first);
+}
+
+static void *sweep(void *arg) {
+    (void)arg;
+    counter_page_sweep();
+    return NULL;
+}
+
+/* The sweep of stale pages (run after an open) opens each page of a
+ * default name to judge it, and /dev/shm itself: a child copied meanwhile
+ * kept those descriptors, and with a judged page's descriptor the shared
+ * lock the sweep takes on it. The page here is a file of a default name
+ * that is no page (empty): judged and left, so every seed finds it. */
+Test(race_counter_page_open, fork_while_another_thread_sweeps_stale_pages, .timeout = 300) {
+    start_without_a_page_of_its_own();
+    /* a default name: lull.<digits>, a pid no process has (over pid_max) */
+    snprintf(page_name, sizeof page_name, "/lull.%d%d", 9999999, (int)getpid() % 1000);
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm%s", page_name);
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    cr_assert_geq(fd, 0, "cannot create %s", path);
+    close(fd);
+    int failed = 0;
+    char first[MSG_LEN] = "";
+    for (uint64_t s = 0; s < SEEDS; s++)
+        if (fork_at(LULL_RACE_COUNTER_PAGE_SWEEP, sweep, s) && failed++ == 0)
+            snprintf(first, sizeof first, "%s", msg);
+    unlink(path);
+    cr_assert_eq(failed, 0, "%d of %d fork children kept a descriptor of the sweep (the first: %s)",
                  failed, SEEDS, first);
 }
