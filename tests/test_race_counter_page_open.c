@@ -22,9 +22,10 @@
 #include "base/race.h"
 #include "src/counter_page.h"
 #include "base/config.h"
+#include "tests/support/fd_snapshot.h"
+#include "tests/support/timing.h"
 
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -39,38 +40,19 @@
 #define SEEDS 16
 #define MAX_DELAY_US 40000
 #define WAIT_MS 5000
-#define MAX_FD 1024
 #define MSG_LEN 512
 
 static char *msg; /* shared with the children */
 static char page_name[64];
 
-static void fd_set_of_self(unsigned char *set) {
-    memset(set, 0, MAX_FD);
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return;
-    int own = dirfd(d);
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        int fd = atoi(e->d_name);
-        if (fd != own && fd >= 0 && fd < MAX_FD) set[fd] = 1;
-    }
-    closedir(d);
-}
-
 /* The child: 0 nothing of the parent's page, 1 a descriptor or mapping (msg). */
 static int child_check(const unsigned char *before) {
-    unsigned char now[MAX_FD];
-    fd_set_of_self(now);
-    for (int fd = 0; fd < MAX_FD; fd++)
-        if (now[fd] && !before[fd]) {
-            char link[64], target[256] = "?";
-            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-            ssize_t n = readlink(link, target, sizeof target - 1);
-            if (n > 0) target[n] = '\0';
-            snprintf(msg, MSG_LEN, "descriptor %d (%s), opened in the parent", fd, target);
-            return 1;
-        }
+    char target[256];
+    int fd = fd_new_since(before, target, sizeof target);
+    if (fd >= 0) {
+        snprintf(msg, MSG_LEN, "descriptor %d (%s), opened in the parent", fd, target);
+        return 1;
+    }
     FILE *maps = fopen("/proc/self/maps", "r");
     if (!maps) return 0;
     char line[512];
@@ -89,18 +71,12 @@ static void *open_page(void *arg) {
     return (void *)(intptr_t)counter_page_open(page_name);
 }
 
-static uint64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 /* One trial: `run` on a thread of its own, held at `point` (seed s); the
  * main thread forks once the point is reached. The child's exit status:
  * 0 nothing of the parent's pages, 1 a descriptor or mapping (msg). */
 static int fork_at(lull_race_point_id point, void *(*run)(void *), uint64_t s) {
-    unsigned char before[MAX_FD];
-    fd_set_of_self(before);
+    unsigned char before[FD_SNAPSHOT_MAX];
+    fd_snapshot(before);
     msg[0] = '\0';
     lull_race_arm(1u << point, 0xc0de0ULL * (s + 1), MAX_DELAY_US);
     pthread_t t;

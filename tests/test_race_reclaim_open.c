@@ -26,10 +26,11 @@
 #include "base/race.h"
 #include "reclaim/purge_backend.h"
 #include "reclaim/reclaim.h"
+#include "tests/support/fd_snapshot.h"
+#include "tests/support/timing.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
-#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -44,7 +45,6 @@
 #define HITS 2 /* the ring, then the refault monitor */
 #define MAX_DELAY_US 40000
 #define WAIT_MS 5000
-#define MAX_FD 1024
 #define MSG_LEN 512
 
 /* reclaim_thread.c's: the backend once the thread has opened it, else NULL */
@@ -52,42 +52,15 @@ const purge_backend *lull_reclaim_backend(void);
 
 static char *msg; /* shared with the trials and their children */
 
-static void fd_set_of_self(unsigned char *set) {
-    memset(set, 0, MAX_FD);
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return;
-    int own = dirfd(d);
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        int fd = atoi(e->d_name);
-        if (fd != own && fd >= 0 && fd < MAX_FD) set[fd] = 1;
-    }
-    closedir(d);
-}
-
-static uint64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 /* The grandchild: only the descriptors the trial had before the thread. */
 static int grandchild(const unsigned char *before) {
-    unsigned char now[MAX_FD];
-    fd_set_of_self(now);
-    for (int fd = 0; fd < MAX_FD; fd++)
-        if (now[fd] && !before[fd]) {
-            char link[64], target[256] = "?";
-            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-            ssize_t n = readlink(link, target, sizeof target - 1);
-            if (n > 0) target[n] = '\0';
-            snprintf(msg, MSG_LEN,
-                     "descriptor %d (%s) of the parent's reclaim thread is open in "
-                     "the fork child",
-                     fd, target);
-            return 1;
-        }
-    return 0;
+    char target[256];
+    int fd = fd_new_since(before, target, sizeof target);
+    if (fd < 0) return 0;
+    snprintf(msg, MSG_LEN,
+             "descriptor %d (%s) of the parent's reclaim thread is open in the fork child", fd,
+             target);
+    return 1;
 }
 
 /* One fresh process: 0 passed, 1 a leak (msg), 2 the point never reached
@@ -96,8 +69,8 @@ static int trial(uint64_t seed, unsigned hit) {
     void *p = lull_malloc(64); /* the modules start: the thread is deferred */
     if (!p) return 3;
     lull_free(p);
-    unsigned char before[MAX_FD];
-    fd_set_of_self(before);
+    unsigned char before[FD_SNAPSHOT_MAX];
+    fd_snapshot(before);
     lull_race_arm(1u << LULL_RACE_RECLAIM_OPEN, seed, MAX_DELAY_US);
     lull_reclaim_start_now(); /* creates the thread, does not wait for it */
     uint64_t until = now_ms() + WAIT_MS;
