@@ -41,18 +41,13 @@ void lull_huge_free(lull_huge *h, void *p);
  * address space after it is free. False: the caller must copy (and for a
  * size over LULL_MAX_ALLOC, whose malloc fails, keeps the block as it is). */
 bool lull_huge_grow_in_place(lull_huge *h, size_t size);
-/* realloc of a huge block to a `size` (at least LULL_HUGE_SHRINK_MIN) under half its usable
+/* realloc of a huge block to a `size` (non-zero) under half its usable
  * size: keep the block where it is, its usable size the size's pages, and
  * hand the mapping's tail after them (the block's pages given up, maybe
  * resident, and the slack after the block) to lull_huge_tail_hook, which
  * gives it back on the reclaim thread. A copy to a new block took 120-320
  * ms for a 23 MiB block. False (no hook): the caller copies. */
 bool lull_huge_shrink_in_place(lull_huge *h, size_t size);
-/* The smallest size a huge block shrinks to in place; under it (and false
- * from lull_huge_shrink_in_place) the block moves to a small or large one.
- * A mapping kept for a few bytes cost a header slice and a page each, and
- * counted against vm.max_map_count; the copy is at most this. */
-#define LULL_HUGE_SHRINK_MIN ((size_t)1 << 20)
 /* Take a tail cut off a huge block: [start, start + len), page aligned,
  * its first `dirty` bytes the block's (maybe resident, counted in the
  * resident estimate and as `freed`), the rest slack; accounting node

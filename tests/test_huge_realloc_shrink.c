@@ -11,7 +11,6 @@
 #include "lull/counters.h"
 #include "base/resident.h"
 #include "base/types.h"
-#include "numa/huge.h"
 #include "tests/support/syscall_watch.h"
 
 #include <criterion/criterion.h>
@@ -145,20 +144,4 @@ Test(huge_realloc_shrink, grows_again_and_frees_to_the_baseline, .init = setup) 
                  (unsigned long long)mapped0);
     cr_assert_eq(lull_resident_bytes(), resident0, "resident estimate %llu, was %llu",
                  (unsigned long long)lull_resident_bytes(), (unsigned long long)resident0);
-}
-
-/* A huge block shrunk to a small size moves to a small block: kept where
- * it was, each such block held a mapping of its own (a header slice and a
- * page for a few bytes), and a program that keeps many of them would run
- * into vm.max_map_count. The copy is at most LULL_HUGE_SHRINK_MIN bytes. */
-Test(huge_realloc_shrink, a_small_size_moves_to_a_small_block, .init = setup) {
-    char *p = lull_malloc(BIG);
-    cr_assert_not_null(p);
-    fill(p, BIG);
-    char *q = lull_realloc(p, 100);
-    cr_assert_not_null(q);
-    cr_assert_eq(q[0], (char)1, "byte 0 lost");
-    cr_assert_neq(q, p, "the huge block was kept for 100 bytes");
-    cr_assert_lt(lull_usable_size(q), 4096, "usable %zu: not a small block", lull_usable_size(q));
-    lull_free(q);
 }
