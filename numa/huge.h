@@ -67,8 +67,8 @@ extern void (*lull_huge_release_hook)(lull_huge *h);
  * to be zero (purged with MADV_DONTNEED). Set by reclaim/. */
 extern lull_huge *(*lull_huge_reuse_hook)(size_t size, size_t alignment, int node, bool *zeroed);
 /* The bytes of address space the freed mappings still hold (the reclaim
- * thread's cache and queue), which its forced tick gives back; set by
- * reclaim/. */
+ * thread's cache and queue, and the tails of shrunk blocks), which its
+ * forced tick gives back; set by reclaim/. */
 extern uint64_t (*lull_huge_held_hook)(void);
 /* Unmap a huge block's mapping (only ever called by the reclaim thread, or
  * inline when configured and no reclaim thread runs). block_resident: its

@@ -194,6 +194,7 @@ static bool give_back_tails(struct purge_backend *b) {
                             MADV_DONTNEED, ranges, &n);
         if (n) purge_backend_run(b, ranges, n, MADV_DONTNEED, NULL);
         lull_huge_unmap_tail(t, next.len, next.dirty, next.node);
+        lull_huge_tail_unmapped(next.len);
         t = next.next;
     }
     return work;

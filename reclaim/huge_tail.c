@@ -4,12 +4,16 @@
 #include <stdatomic.h>
 
 static lull_huge_tail *_Atomic tails;
+/* The address space of the tails pushed and not yet unmapped: added before
+ * the push, subtracted after the unmap, so never below what is held. */
+static _Atomic uint64_t held_bytes;
 
 void lull_huge_tail_push(void *start, size_t len, size_t dirty, int node) {
     lull_huge_tail *t = start;
     t->len = len;
     t->dirty = dirty;
     t->node = node;
+    atomic_fetch_add_explicit(&held_bytes, len, memory_order_relaxed);
     lull_huge_tail *old = atomic_load_explicit(&tails, memory_order_relaxed);
     do {
         t->next = old;
@@ -25,4 +29,12 @@ lull_huge_tail *lull_huge_tail_take_all(void) {
 
 bool lull_huge_tail_queued(void) {
     return atomic_load_explicit(&tails, memory_order_relaxed) != NULL;
+}
+
+void lull_huge_tail_unmapped(size_t len) {
+    atomic_fetch_sub_explicit(&held_bytes, len, memory_order_relaxed);
+}
+
+uint64_t lull_huge_tail_bytes(void) {
+    return atomic_load_explicit(&held_bytes, memory_order_relaxed);
 }

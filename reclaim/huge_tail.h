@@ -27,5 +27,11 @@ void lull_huge_tail_push(void *start, size_t len, size_t dirty, int node);
 lull_huge_tail *lull_huge_tail_take_all(void);
 /* Whether a tail is queued (racy: a hint for the tick's work). */
 bool lull_huge_tail_queued(void);
+/* The reclaim thread, after it unmapped a taken tail of `len` bytes. */
+void lull_huge_tail_unmapped(size_t len);
+/* The address space the tails pushed and not yet unmapped hold: room a
+ * mapping the kernel refused (an address space limit) gets back from the
+ * next forced tick, as a freed mapping's (numa/huge.h, the held hook). */
+uint64_t lull_huge_tail_bytes(void);
 
 #endif

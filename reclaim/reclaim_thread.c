@@ -676,8 +676,12 @@ static void policy_purged(uint32_t slices) {
     lull_policy_record_purge(&lull_the_policy, slices);
 }
 
+/* the tails of shrunk blocks too: a realloc that shrank a 200 MiB block
+ * in place held its tail's address space until the next tick, and a 250
+ * MiB malloc refused under an address space limit meanwhile failed where
+ * it waits for the tick (relief_address_space) */
 static uint64_t huge_held(void) {
-    return lull_huge_cache_bytes() + lull_huge_queue_bytes();
+    return lull_huge_cache_bytes() + lull_huge_queue_bytes() + lull_huge_tail_bytes();
 }
 
 static void span_given_back(void) {
