@@ -280,7 +280,7 @@ bool lull_huge_grow_in_place(lull_huge *h, size_t size) {
 }
 
 bool lull_huge_shrink_in_place(lull_huge *h, size_t size) {
-    if (!lull_huge_tail_hook || size < LULL_HUGE_SHRINK_MIN) return false;
+    if (!lull_huge_tail_hook) return false;
     size_t pages = LULL_PAGES_OF(size);
     if (pages >= h->usable) return false;
     char *cut = (char *)h + h->block_offset + pages;

@@ -41,17 +41,18 @@ void lull_huge_free(lull_huge *h, void *p);
  * address space after it is free. False: the caller must copy (and for a
  * size over LULL_MAX_ALLOC, whose malloc fails, keeps the block as it is). */
 bool lull_huge_grow_in_place(lull_huge *h, size_t size);
-/* realloc of a huge block to a `size` under half its usable size and at
- * least LULL_HUGE_SHRINK_MIN: keep the block where it is, its usable size
- * the size's pages, and hand the mapping's tail after them (the block's
- * pages given up, maybe resident, and the slack after the block) to
- * lull_huge_tail_hook, which gives it back on the reclaim thread. A copy to
- * a new block took 120-320 ms for a 23 MiB block. False (no hook, or a size
- * below the minimum): the caller copies. */
+/* realloc of a huge block to a `size` (non-zero) under half its usable
+ * size, at least LULL_HUGE_SHRINK_MIN (or kept because the move found no
+ * memory): keep the block where it is, its usable size the size's pages,
+ * and hand the mapping's tail after them (the block's pages given up, maybe
+ * resident, and the slack after the block) to lull_huge_tail_hook, which
+ * gives it back on the reclaim thread. A copy to a new block took 120-320
+ * ms for a 23 MiB block. False (no hook): the caller copies. */
 bool lull_huge_shrink_in_place(lull_huge *h, size_t size);
-/* The least size a huge block shrinks to in place: its header slice is then
- * at most a sixteenth of what it keeps. Below, the caller's copy is at most
- * 1 MiB, and the block moves to a small or large one: kept in place, each
+/* The least size realloc shrinks a huge block to in place: its header
+ * slice is then at most a sixteenth of what it keeps. Below, the block
+ * moves to a small or large one (a copy of at most 1 MiB), and is shrunk
+ * in place only if that move finds no memory: kept in place, each
  * block shrunk to 100 bytes held its own mapping, VMA and 68 KiB of the
  * resident estimate, and a loop of malloc(20 MiB) and realloc(p, 100) ran
  * out of a 64 MiB heap limit after 658 blocks

@@ -60,7 +60,9 @@ LULL_EXPORT bool lull_owns(const void *p) {
 static bool keep_shrunk(void *p, size_t size) {
     lull_huge *h = lull_huge_block_of(p);
     if (h) {
-        h->size = size;
+        /* its tail goes back all the same: kept whole, a 40 MiB block
+         * shrunk to 512 KiB at the heap limit held all 40 MiB there */
+        if (!lull_huge_shrink_in_place(h, size)) h->size = size;
         return true;
     }
     lull_span *span = lull_span_of(lull_segment_of(p), p);
@@ -132,7 +134,7 @@ LULL_EXPORT LULL_ENTRY_TEXT void *lull_realloc(void *p, size_t size) {
     /* a huge block shrinks where it is and its tail goes to the reclaim
      * thread: the copy to a new block (its mapping, its page faults) took
      * 120-320 ms for a 23 MiB block */
-    if (size < usable) {
+    if (size < usable && size >= LULL_HUGE_SHRINK_MIN) {
         lull_huge *h = lull_huge_block_of(p);
         if (h && lull_huge_shrink_in_place(h, size)) {
             resized_in_place(p, size);

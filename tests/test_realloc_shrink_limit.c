@@ -98,3 +98,25 @@ Test(realloc_shrink_limit, reallocarray_shrinks_a_huge_block_too, .init = setup)
     expect_filled(q, 8 * MiB);
     lull_free_sized(q, 8 * MiB);
 }
+
+/* A huge block kept at the limit for a size under LULL_HUGE_SHRINK_MIN
+ * (numa/huge.h: such a shrink moves the block when it can) still gives its
+ * tail back: kept whole, a 40 MiB block shrunk to 512 KiB held all 40 MiB
+ * at the limit, the very memory the realloc was to give back. */
+Test(realloc_shrink_limit, a_huge_block_kept_for_a_small_size_gives_its_tail_back, .init = setup) {
+    char *p = lull_malloc(40 * MiB);
+    cr_assert_not_null(p);
+    fill(p, 40 * MiB);
+    limit_with_room(128 * KiB); /* under the 512 KiB block's span */
+    uint64_t before = lull_resident_bytes();
+    errno = 0;
+    char *q = lull_realloc(p, 512 * KiB);
+    cr_assert_eq(q, p, "the block moved: there was room for the smaller one");
+    cr_assert_eq(errno, 0);
+    expect_filled(q, 512 * KiB);
+    cr_assert(lull_reclaim_now(), "no reclaim thread");
+    uint64_t after = lull_resident_bytes();
+    cr_assert_geq(before - after, 39 * MiB, "the resident estimate went down by %llu KiB only",
+                  (unsigned long long)((before - after) >> 10));
+    lull_free_sized(q, 512 * KiB);
+}
