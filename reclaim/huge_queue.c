@@ -49,8 +49,9 @@
  * fork's prepare handler waits for), so a child never inherits a mapping
  * the reclaim thread held between its claim and its unmap. A malloc's take
  * in flight on another thread leaves the child a mapping nobody holds
- * (counted as `freed`, its address space lost to that child only); the
- * child counts queued_bytes again. */
+ * (counted as `freed`, its address space lost to that child only), and an
+ * aligned malloc's (take_aligned) every mapping of the overflow stack it
+ * held; the child counts queued_bytes again. */
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_word.h"
 #include "base/fork_exec.h"
