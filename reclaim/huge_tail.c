@@ -27,10 +27,6 @@ lull_huge_tail *lull_huge_tail_take_all(void) {
     return atomic_exchange_explicit(&tails, NULL, memory_order_acquire);
 }
 
-bool lull_huge_tail_queued(void) {
-    return atomic_load_explicit(&tails, memory_order_relaxed) != NULL;
-}
-
 void lull_huge_tail_unmapped(size_t len) {
     atomic_fetch_sub_explicit(&held_bytes, len, memory_order_relaxed);
 }

@@ -25,8 +25,6 @@ typedef struct lull_huge_tail {
 void lull_huge_tail_push(void *start, size_t len, size_t dirty, int node);
 /* The reclaim thread: every queued tail, newest first, linked by `next`. */
 lull_huge_tail *lull_huge_tail_take_all(void);
-/* Whether a tail is queued (racy: a hint for the tick's work). */
-bool lull_huge_tail_queued(void);
 /* The reclaim thread, after it unmapped a taken tail of `len` bytes. */
 void lull_huge_tail_unmapped(size_t len);
 /* The address space the tails pushed and not yet unmapped hold: room a
