@@ -329,6 +329,11 @@ typedef struct lull_heap {
     uint32_t kept_next;
     uint32_t outbox_pending; /* bit i: outbox[i] holds blocks */
     lull_outbox_slot outbox[LULL_OUTBOX_SLOTS];
+    /* the span this heap's thread is freeing a block onto (the span's own
+     * list: src/alloc.c's remote_free), set before the CAS that may set
+     * LULL_REMOTE_QUEUED and cleared once the span is pushed: a fork child
+     * copied between the two pushes it (src/heap.c) */
+    _Atomic(struct lull_span *) remote_queuing;
     /* ---- written by other threads: a line of their own, ahead of the
      * large per-class arrays below, most of which a thread never touches:
      * at the end it was one more of the heap's pages resident ---- */

@@ -598,12 +598,9 @@ size_t lull_check_live_block(const char *who, void *p) {
     return span->block_size;
 }
 
-/* The remote-free protocol (docs/architecture.md): one CAS puts the block on
- * the span's list and sets LULL_REMOTE_QUEUED in the same word; the thread
- * whose CAS set the bit, and only that one, then pushes the span on its
- * owner's remote_spans. While the bit is set the owner never releases the
- * span, and only the owner's pop from remote_spans clears it. */
-static void remote_free(lull_block *b, lull_span *span, lull_heap *owner) {
+/* The block onto the span's list; the span onto its owner's remote_spans
+ * if this CAS set the bit. */
+static void push_on_span_list(lull_block *b, lull_span *span, lull_heap *owner) {
     LULL_RACE_POINT(LULL_RACE_REMOTE_PUSH);
     uintptr_t old = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
     do {
@@ -624,6 +621,28 @@ static void remote_free(lull_block *b, lull_span *span, lull_heap *owner) {
         span->remote_next = head;
     } while (!atomic_compare_exchange_weak_explicit(&owner->remote_spans, &head, span,
                                                     memory_order_release, memory_order_relaxed));
+}
+
+/* The remote-free protocol (docs/architecture.md): one CAS puts the block on
+ * the span's list and sets LULL_REMOTE_QUEUED in the same word; the thread
+ * whose CAS set the bit, and only that one, then pushes the span on its
+ * owner's remote_spans. While the bit is set the owner never releases the
+ * span, and only the owner's pop from remote_spans clears it. h, the
+ * freeing thread's heap, records the span until the push is done, so that
+ * a fork child copied between the CAS and the push finds the span and
+ * pushes it (src/heap.c); a thread without a heap holds a lock fork waits
+ * for instead. */
+static void remote_free(lull_block *b, lull_span *span, lull_heap *owner, lull_heap *h) {
+    bool heapless = h == &lull_heap_empty;
+    if (heapless)
+        lull_heapless_remote_free_lock();
+    else /* ordered before the CAS below by its release */
+        atomic_store_explicit(&h->remote_queuing, span, memory_order_relaxed);
+    push_on_span_list(b, span, owner);
+    if (heapless)
+        lull_heapless_remote_free_unlock();
+    else /* after the push: a fork child copied now finds the span listed */
+        atomic_store_explicit(&h->remote_queuing, NULL, memory_order_release);
 }
 
 /* A remote free in h's outbox (outbox.h): block b of span, which `owner`
@@ -706,7 +725,7 @@ __attribute__((noinline)) static void free_other_slow(void *p, lull_span *span, 
             send_remote_free(b, span, h, owner);
             return;
         }
-        remote_free(b, span, owner);
+        remote_free(b, span, owner, h);
         /* no start point: a free never creates the reclaim thread
          * (reclaim.h: glibc frees thread stacks' TLS vectors holding the
          * lock that pthread_create takes). An abandoned owner, whose

@@ -57,6 +57,17 @@ static __thread bool tl_heap_done __attribute__((tls_model("initial-exec")));
 static LULL_FORK_EXEC_DATA pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_heap *late_heap;
 
+/* src/heap.h: held by a thread without a heap between a remote free's CAS
+ * and its push of the span (no heap records that span for a fork child) */
+static LULL_FORK_EXEC_DATA pthread_mutex_t heapless_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void lull_heapless_remote_free_lock(void) {
+    pthread_mutex_lock(&heapless_lock);
+}
+void lull_heapless_remote_free_unlock(void) {
+    pthread_mutex_unlock(&heapless_lock);
+}
+
 static void heap_thread_exit(void *arg) {
     lull_heap *h = arg;
     tl_heap_done = true;
@@ -610,10 +621,39 @@ void lull_heaps_foreach(void (*fn)(lull_heap *h, void *arg), void *arg) {
 void lull_heaps_fork_prepare(void) {
     pthread_mutex_lock(&late_lock);
     pthread_mutex_lock(&registry_lock);
+    pthread_mutex_lock(&heapless_lock);
 }
 void lull_heaps_fork_parent(void) {
+    pthread_mutex_unlock(&heapless_lock);
     pthread_mutex_unlock(&registry_lock);
     pthread_mutex_unlock(&late_lock);
+}
+
+LULL_FORK_EXEC_TEXT static bool on_remote_spans(const lull_heap *owner, const lull_span *span) {
+    for (lull_span *s = atomic_load_explicit(&owner->remote_spans, memory_order_relaxed); s;
+         s = s->remote_next)
+        if (s == span) return true;
+    return false;
+}
+
+/* A remote free copied between its CAS, which set LULL_REMOTE_QUEUED, and
+ * its push of the span (src/alloc.c's remote_free) left the span queued on
+ * no list: its owner would collect its blocks for ever and never release
+ * it. Its thread's heap names the span (remote_queuing): pushed here, once
+ * (two threads' records may name one span). A record whose free had not
+ * set the bit, or had pushed already, finds the bit clear or the span
+ * listed. Reads only, unless a record is set (no page of a heap copied). */
+LULL_FORK_EXEC_TEXT static void push_half_queued_spans(void) {
+    for (lull_heap *h = all_heaps; h; h = h->next_all) {
+        lull_span *span = atomic_load_explicit(&h->remote_queuing, memory_order_relaxed);
+        if (!span) continue;
+        atomic_store_explicit(&h->remote_queuing, NULL, memory_order_relaxed);
+        lull_heap *owner = atomic_load_explicit(&span->heap, memory_order_relaxed);
+        uintptr_t word = atomic_load_explicit(&span->thread_free, memory_order_relaxed);
+        if (!owner || !(word & LULL_REMOTE_QUEUED) || on_remote_spans(owner, span)) continue;
+        span->remote_next = atomic_load_explicit(&owner->remote_spans, memory_order_relaxed);
+        atomic_store_explicit(&owner->remote_spans, span, memory_order_relaxed);
+    }
 }
 
 /* The other threads' heaps may have been mid-update when fork copied
@@ -623,6 +663,8 @@ void lull_heaps_fork_parent(void) {
  * heap's owner_tid stays the parent's (a write would copy a page of every
  * heap in every child, and a gettid() call, 2 of a child's page faults). */
 LULL_FORK_EXEC_TEXT void lull_heaps_fork_child(void) {
+    lull_mutex_reset_in_child(&heapless_lock);
     lull_mutex_reset_in_child(&registry_lock);
     lull_mutex_reset_in_child(&late_lock);
+    push_half_queued_spans();
 }

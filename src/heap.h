@@ -72,6 +72,12 @@ void lull_heaps_init(void);
 void lull_heaps_fork_prepare(void);
 void lull_heaps_fork_parent(void);
 void lull_heaps_fork_child(void);
+/* Held around a remote free onto a span's own list by a thread without a
+ * heap (src/alloc.c's remote_free), whose half-done queueing no heap
+ * records: fork's prepare handler takes it, so no child is copied inside
+ * one. Takes no other lock. */
+void lull_heapless_remote_free_lock(void);
+void lull_heapless_remote_free_unlock(void);
 /* h's deferred free (h->deferred, src/alloc.h), if it has one, done now:
  * before anything reads its spans' used counts or lists, or hands the heap
  * on. Owner only; in alloc.c, with the free path. */
