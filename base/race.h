@@ -38,6 +38,8 @@ typedef enum {
                                    * not yet closed nor the mapping kept from fork children */
     LULL_RACE_COUNTER_PAGE_SWEEP, /* counter page sweep: a page opened to judge it, not yet
                                    * closed */
+    LULL_RACE_HUGE_TAKE_ALIGNED,  /* an aligned huge malloc: the overflow of freed mappings
+                                   * taken whole, the rest not yet given back */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

@@ -47,15 +47,19 @@
  *
  * Fork: the reclaim thread's claims are inside its huge step (which
  * fork's prepare handler waits for), so a child never inherits a mapping
- * the reclaim thread held between its claim and its unmap. A malloc's take
- * in flight on another thread leaves the child a mapping nobody holds
- * (counted as `freed`, its address space lost to that child only), and an
- * aligned malloc's (take_aligned) every mapping of the overflow stack it
- * held; the child counts queued_bytes again. */
+ * the reclaim thread held between its claim and its unmap. An aligned
+ * take holds the whole overflow under aligned_lock, which the prepare
+ * handler takes too (before session 27 a child copied inside one lost
+ * every mapping on the overflow: race_fork_huge::). A malloc's take of a
+ * slot in flight on another thread leaves the child one mapping nobody
+ * holds (counted as `freed`, its address space lost to that child only);
+ * the child counts queued_bytes again. */
 #include "reclaim/huge_queue.h"
 #include "reclaim/huge_word.h"
 #include "base/fork_exec.h"
+#include "base/race.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 static _Atomic uint64_t slots[LULL_HUGE_QUEUE_SLOTS];
@@ -187,8 +191,24 @@ static void overflow_give_back(lull_huge *list) {
     }
 }
 
+/* Held from an aligned take's exchange to its give back, and by fork's
+ * prepare handler: a child copied in between had none of the mappings the
+ * taking thread held (its address space never unmapped there). */
+static LULL_FORK_EXEC_DATA pthread_mutex_t aligned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void lull_huge_queue_fork_prepare(void) {
+    pthread_mutex_lock(&aligned_lock);
+}
+void lull_huge_queue_fork_parent(void) {
+    pthread_mutex_unlock(&aligned_lock);
+}
+LULL_FORK_EXEC_TEXT void lull_huge_queue_fork_child(void) {
+    lull_mutex_reset_in_child(&aligned_lock);
+}
+
 lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node) {
     if (!atomic_load_explicit(&overflow, memory_order_relaxed)) return NULL;
+    pthread_mutex_lock(&aligned_lock);
     /* taken whole (no ABA), so every header below is this thread's to read */
     lull_huge *list = atomic_exchange_explicit(&overflow, NULL, memory_order_acquire);
     lull_huge *best = NULL, *rest = NULL, **rest_end = &rest;
@@ -209,7 +229,9 @@ lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node)
         rest_end = &h->next;
     }
     *rest_end = list; /* and what was not looked at, after them */
+    LULL_RACE_POINT(LULL_RACE_HUGE_TAKE_ALIGNED);
     overflow_give_back(rest);
+    pthread_mutex_unlock(&aligned_lock);
     if (best) bytes_sub(best->map_len); /* ours now */
     return best;
 }

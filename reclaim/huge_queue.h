@@ -61,8 +61,9 @@ lull_huge *lull_huge_queue_take(size_t size, int node, uint64_t keep_bound);
  * multiple of `alignment` (over a slice: such blocks are never in a slot,
  * their word cannot name them), from the overflow stack: taken whole, the
  * first LULL_HUGE_QUEUE_ALIGNED_LOOKS looked at, the rest given back.
- * Still accounted as `freed`, its block dirty; or NULL. No system call, no
- * lock; a walk of headers the caller owns while it looks. */
+ * Still accounted as `freed`, its block dirty; or NULL. No system call; a
+ * walk of headers the caller owns while it looks, under a lock that fork's
+ * prepare handler takes (below), which nests no other. */
 lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node);
 #define LULL_HUGE_QUEUE_ALIGNED_LOOKS 64
 /* Address space queued (slots and overflow); never below what they hold. */
@@ -80,6 +81,13 @@ bool lull_huge_queue_peek(unsigned i, lull_huge_queue_entry *e);
 bool lull_huge_queue_claim(const lull_huge_queue_entry *e);
 /* Take the whole overflow stack (newest first, linked by `next`). */
 lull_huge *lull_huge_queue_take_overflow(void);
+
+/* Fork's handlers (src/init.c): prepare takes the aligned takes' lock,
+ * after the heaps' locks (a late-heap allocation takes it holding
+ * late_lock); parent and child let it go. */
+void lull_huge_queue_fork_prepare(void);
+void lull_huge_queue_fork_parent(void);
+void lull_huge_queue_fork_child(void);
 
 /* In the child after fork (from lull_huge_cache_after_fork_child): the
  * byte count taken again from what is queued (a push or take another

@@ -11,6 +11,7 @@
 #include "numa/arena.h"
 #include "numa/numa_module.h"
 #include "reclaim/reclaim.h"
+#include "reclaim/huge_queue.h"
 #include "base/config.h"
 #include "base/fault.h"
 #include "base/fork_exec.h"
@@ -113,6 +114,7 @@ static void fork_prepare(void) {
     /* the reclaim thread is between steps now: hold the fork here */
     LULL_RACE_POINT(LULL_RACE_FORK);
     lull_heaps_fork_prepare();
+    lull_huge_queue_fork_prepare(); /* after late_lock: a late huge malloc takes it */
     for (int i = 0; i < lull_arena_count; i++)
         pthread_mutex_lock(&lull_arenas[i].lock);
 }
@@ -120,12 +122,14 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
     for (int i = lull_arena_count - 1; i >= 0; i--)
         pthread_mutex_unlock(&lull_arenas[i].lock);
+    lull_huge_queue_fork_parent();
     lull_heaps_fork_parent();
     lull_modules_run(LULL_MODULE_FORK_PARENT, 0);
 }
 
 LULL_FORK_EXEC_TEXT static void fork_child(void) {
     lull_arenas_after_fork_child();
+    lull_huge_queue_fork_child();
     lull_heaps_fork_child();
     lull_modules_run(LULL_MODULE_FORK_CHILD, 0);
 }
