@@ -23,23 +23,18 @@
 #include "src/counter_page.h"
 #include "base/config.h"
 #include "tests/support/fd_snapshot.h"
-#include "tests/support/timing.h"
+#include "tests/support/race_fork.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SEEDS 16
-#define MAX_DELAY_US 40000
-#define WAIT_MS 5000
 #define MSG_LEN 512
 
 static char *msg; /* shared with the children */
@@ -71,6 +66,10 @@ static void *open_page(void *arg) {
     return (void *)(intptr_t)counter_page_open(page_name);
 }
 
+static int child_check_before(void *before) {
+    return child_check(before);
+}
+
 /* One trial: `run` on a thread of its own, held at `point` (seed s); the
  * main thread forks once the point is reached. The child's exit status:
  * 0 nothing of the parent's pages, 1 a descriptor or mapping (msg). */
@@ -78,26 +77,11 @@ static int fork_at(lull_race_point_id point, void *(*run)(void *), uint64_t s) {
     unsigned char before[FD_SNAPSHOT_MAX];
     fd_snapshot(before);
     msg[0] = '\0';
-    lull_race_arm(1u << point, 0xc0de0ULL * (s + 1), MAX_DELAY_US);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, run, NULL), 0);
-    uint64_t until = now_ms() + WAIT_MS;
-    while (lull_race_hits(point) == 0) {
-        cr_assert_lt(now_ms(), until, "the thread never reached %s (seed %llu)",
-                     lull_race_point_name(point), (unsigned long long)s);
-        sched_yield();
-    }
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) _exit(child_check(before));
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
     void *rc;
-    pthread_join(t, &rc);
-    lull_race_arm(0, 0, 0);
+    int kept =
+        race_fork_at(point, 0xc0de0ULL * (s + 1), run, NULL, child_check_before, before, &rc);
     cr_assert_eq((intptr_t)rc, 0, "%s failed (%d)", lull_race_point_name(point), (int)(intptr_t)rc);
-    cr_assert(WIFEXITED(status), "child died of signal %d", WTERMSIG(status));
-    return WEXITSTATUS(status);
+    return kept;
 }
 
 static void start_without_a_page_of_its_own(void) {

@@ -15,37 +15,29 @@
  * queued before. Bounded by trials (SEEDS), not by time. */
 #define _GNU_SOURCE
 #include "lull.h"
-#include "base/race.h"
 #include "reclaim/huge_queue.h"
 
+#include "tests/support/race_fork.h"
 #include "tests/support/reclaim_hold.h"
 
 #include <criterion/criterion.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define SEEDS 16
-#define MAX_DELAY_US 40000
-#define WAIT_MS 5000
 #define MiB ((size_t)1 << 20)
 #define ALIGN (2 * MiB) /* past a slice: such blocks wait on the overflow only */
 #define SIZE (24 * MiB) /* huge, never touched: address space only */
 #define FREED 4
 
-static uint64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 /* larger than every freed block: it looks at them all and keeps none */
 static void *take_none(void *arg) {
     (void)arg;
     return lull_aligned_alloc(ALIGN, 2 * SIZE);
+}
+
+/* The child: 1 if it counts less queued than *before. */
+static int child_check(void *before) {
+    return lull_huge_queue_bytes() < *(uint64_t *)before;
 }
 
 /* The blocks the takes got: freed at the end (freed earlier, a later take
@@ -64,25 +56,10 @@ static int fork_inside_an_aligned_take(uint64_t s) {
         lull_free(b[i]);
     uint64_t queued = lull_huge_queue_bytes();
     cr_assert_geq(queued, (uint64_t)FREED * SIZE, "the freed blocks are not queued");
-    lull_race_arm(1u << LULL_RACE_HUGE_TAKE_ALIGNED, 0xa11ceULL * (s + 1), MAX_DELAY_US);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, take_none, NULL), 0);
-    uint64_t until = now_ms() + WAIT_MS;
-    while (lull_race_hits(LULL_RACE_HUGE_TAKE_ALIGNED) == 0) {
-        cr_assert_lt(now_ms(), until, "the thread never reached huge_take_aligned (seed %llu)",
-                     (unsigned long long)s);
-        sched_yield();
-    }
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) _exit(lull_huge_queue_bytes() < queued);
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    pthread_join(t, &got[s]);
-    lull_race_arm(0, 0, 0);
+    int lost = race_fork_at(LULL_RACE_HUGE_TAKE_ALIGNED, 0xa11ceULL * (s + 1), take_none, NULL,
+                            child_check, &queued, &got[s]);
     cr_assert_not_null(got[s]);
-    cr_assert(WIFEXITED(status), "child died of signal %d", WTERMSIG(status));
-    return WEXITSTATUS(status);
+    return lost;
 }
 
 Test(race_fork_huge, fork_while_an_aligned_malloc_holds_the_overflow, .timeout = 300) {

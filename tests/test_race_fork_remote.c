@@ -17,20 +17,14 @@
  * not by time. */
 #define _GNU_SOURCE
 #include "lull.h"
-#include "base/race.h"
 #include "src/span.h"
 
+#include "tests/support/race_fork.h"
+
 #include <criterion/criterion.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define SEEDS 16
-#define MAX_DELAY_US 40000
-#define WAIT_MS 5000
 #define SPAN_BLOCKS 8192 /* 8-byte blocks in a span (64 KiB) */
 #define BLOCKS (2 * SPAN_BLOCKS + 1)
 
@@ -38,12 +32,6 @@ static void *blocks[BLOCKS];
 
 static lull_span *span_of(void *p) {
     return lull_span_of(lull_segment_of(p), p);
-}
-
-static uint64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
 /* A span every block of which the main thread holds: two spans' worth
@@ -69,40 +57,26 @@ static void *free_one(void *p) {
     return NULL;
 }
 
+static int victim;
+
 /* The child: frees the span's other blocks and collects. 0 the span went
  * back to its arena, 1 it is still its heap's. */
-static int child_check(lull_span *s, int victim) {
+static int child_check(void *span) {
     for (int i = 0; i < BLOCKS; i++)
         if (i != victim) lull_free(blocks[i]);
     lull_thread_collect();
-    return atomic_load(&s->heap) != NULL;
+    return atomic_load(&((lull_span *)span)->heap) != NULL;
 }
 
 /* One trial (seed s): 1 if the child kept the span. */
 static int fork_inside_a_remote_free(uint64_t s) {
-    int victim = block_of_a_full_span();
-    lull_span *span = span_of(blocks[victim]);
-    lull_race_arm(1u << LULL_RACE_REMOTE_QUEUE, 0xf0de0ULL * (s + 1), MAX_DELAY_US);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, free_one, blocks[victim]), 0);
-    uint64_t until = now_ms() + WAIT_MS;
-    while (lull_race_hits(LULL_RACE_REMOTE_QUEUE) == 0) {
-        cr_assert_lt(now_ms(), until, "the freeing thread never reached remote_queue (seed %llu)",
-                     (unsigned long long)s);
-        sched_yield();
-    }
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) _exit(child_check(span, victim));
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    pthread_join(t, NULL);
-    lull_race_arm(0, 0, 0);
+    victim = block_of_a_full_span();
+    int kept = race_fork_at(LULL_RACE_REMOTE_QUEUE, 0xf0de0ULL * (s + 1), free_one, blocks[victim],
+                            child_check, span_of(blocks[victim]), NULL);
     for (int i = 0; i < BLOCKS; i++)
         if (i != victim) lull_free(blocks[i]);
     lull_thread_collect();
-    cr_assert(WIFEXITED(status), "child died of signal %d", WTERMSIG(status));
-    return WEXITSTATUS(status);
+    return kept;
 }
 
 Test(race_fork_remote, fork_while_another_thread_queues_a_span, .timeout = 300) {
