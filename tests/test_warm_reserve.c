@@ -300,7 +300,15 @@ Test(warm_reserve, fills_between_bursts_stays_bounded_is_used_and_drains, .timeo
     cr_assert_geq(r.drain_ms, LULL_WARM_IDLE_MS);
     cr_assert_geq(r.drained_bytes, r.warm_end, "drained %llu KiB of a %llu KiB reserve",
                   (unsigned long long)r.drained_bytes >> 10, (unsigned long long)r.warm_end >> 10);
-    cr_assert_leq(r.rss_drained + r.warm_end * 3 / 4, r.rss_end,
+    /* a quarter of the reserve's bytes for the rest of the process's RSS
+     * moving meanwhile; half under the sanitizers, whose shadow and
+     * runtime grow on their own (TSan: 2.00 of 2.69 MiB in CI run ci27a) */
+#ifdef LULL_SANITIZED
+    uint64_t must_fall = r.warm_end / 2;
+#else
+    uint64_t must_fall = r.warm_end * 3 / 4;
+#endif
+    cr_assert_leq(r.rss_drained + must_fall, r.rss_end,
                   "RSS %llu MiB with the reserve (%llu MiB), %llu MiB after the drain",
                   MB(r.rss_end), MB(r.warm_end), MB(r.rss_drained));
 }
