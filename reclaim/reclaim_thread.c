@@ -502,6 +502,15 @@ static lull_huge *huge_reuse(size_t size, size_t alignment, int node, bool *zero
     return huge_take(size, alignment, node, zeroed);
 }
 
+/* With no reclaim thread running: is a freed huge mapping (or a shrunk
+ * block's tail) unmapped on the freeing thread? Only when configured, and
+ * not while a deferred thread, soon started, would take it from the queue. */
+static bool unmaps_inline(void) {
+    return __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED) &&
+           atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
+               LULL_RECLAIM_NOT_DEFERRED;
+}
+
 /* free() of a huge block, on any thread: into the cache when the reclaim
  * thread runs (it purges and unmaps from there), else onto its queue. */
 void lull_reclaim_huge_push(lull_huge *h) {
@@ -515,10 +524,7 @@ void lull_reclaim_huge_push(lull_huge *h) {
         if (!lull_huge_cache_put(h, lull_now_ms())) lull_huge_queue_push(h);
         return;
     }
-    /* a deferred thread, soon started, takes it from the queue */
-    if (__atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED) &&
-        atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
-            LULL_RECLAIM_NOT_DEFERRED) {
+    if (unmaps_inline()) {
         STAT_ADD(inline_purges, 1);
         lull_huge_unmap(h, true);
         return;
@@ -531,10 +537,7 @@ void lull_reclaim_huge_push(lull_huge *h) {
  * next tick, or unmapped here where a freed huge block would be. */
 static void huge_tail_push(void *start, size_t len, size_t dirty, int node) {
     lull_reclaim_want();
-    if (!atomic_load_explicit(&R.running, memory_order_relaxed) &&
-        __atomic_load_n(&lull_config.inline_purge, __ATOMIC_RELAXED) &&
-        atomic_load_explicit(&lull_reclaim_deferred, memory_order_relaxed) ==
-            LULL_RECLAIM_NOT_DEFERRED) {
+    if (!atomic_load_explicit(&R.running, memory_order_relaxed) && unmaps_inline()) {
         STAT_ADD(inline_purges, 1);
         lull_huge_unmap_tail(start, len, dirty, node);
         return;
