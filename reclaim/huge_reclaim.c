@@ -180,8 +180,11 @@ static bool purge_cached(struct purge_backend *b, uint32_t now, long delay, int 
 }
 
 /* The tails of huge blocks shrunk in place (huge_tail.h): each purged
- * where it was the block's, then unmapped, as a freed mapping is. */
-static bool give_back_tails(struct purge_backend *b) {
+ * where it was the block's, then unmapped, as a freed mapping is, and its
+ * bytes counted as unmapped (no mapping: the block keeps its own). Not
+ * counted, `mapped` fell by a tail that huge_unmapped_bytes never saw
+ * (tests/test_huge_unmapped_counted.c). */
+static bool give_back_tails(struct purge_backend *b, lull_huge_reclaim_counts *c) {
     lull_huge_tail *t = lull_huge_tail_take_all();
     bool work = t != NULL;
     while (t) {
@@ -195,6 +198,7 @@ static bool give_back_tails(struct purge_backend *b) {
         if (n) purge_backend_run(b, ranges, n, MADV_DONTNEED, NULL);
         lull_huge_unmap_tail(t, next.len, next.dirty, next.node);
         lull_huge_tail_unmapped(next.len);
+        c->unmapped_bytes += next.len;
         t = next.next;
     }
     return work;
@@ -202,7 +206,7 @@ static bool give_back_tails(struct purge_backend *b) {
 
 bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, int advice,
                             lull_huge_reclaim_counts *c) {
-    bool work = give_back_tails(b);
+    bool work = give_back_tails(b, c);
     uint64_t bound = __atomic_load_n(&lull_config.huge_cache_bytes, __ATOMIC_RELAXED);
     long idle = __atomic_load_n(&lull_config.huge_cache_idle_ms, __ATOMIC_RELAXED);
     lull_huge_cache_entry e;
@@ -225,7 +229,7 @@ bool lull_huge_reclaim_tick(struct purge_backend *b, uint32_t now, long delay, i
 }
 
 bool lull_huge_reclaim_all(struct purge_backend *b, uint32_t now, lull_huge_reclaim_counts *c) {
-    bool work = give_back_tails(b);
+    bool work = give_back_tails(b, c);
     lull_huge_cache_entry e;
     for (unsigned i = 0; i < LULL_HUGE_CACHE_SLOTS; i++) {
         /* a malloc that takes the entry first has it: it is in use, not cached */

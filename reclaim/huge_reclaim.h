@@ -17,9 +17,10 @@
 struct purge_backend;
 
 typedef struct lull_huge_reclaim_counts {
-    uint64_t unmapped, unmapped_bytes; /* mappings given back */
-    uint64_t purged_bytes;             /* cached mappings purged */
-    uint64_t purge_failures;           /* purges the kernel refused (the entry stays dirty) */
+    uint64_t unmapped;       /* mappings given back whole */
+    uint64_t unmapped_bytes; /* their bytes, and the shrunk blocks' tails unmapped */
+    uint64_t purged_bytes;   /* cached mappings purged */
+    uint64_t purge_failures; /* purges the kernel refused (the entry stays dirty) */
 } lull_huge_reclaim_counts;
 
 /* delay: the purge delay in force (< 0: none); advice: MADV_DONTNEED or

@@ -27,11 +27,11 @@
 typedef struct lull_reclaim_stats {
     uint64_t ticks;
     uint64_t cpu_ns;
-    uint64_t purge_runs;     /* slice runs purged */
-    uint64_t purged_bytes;   /* total, all backends */
-    uint64_t purge_failures; /* runs the kernel refused (slices went back to dirty) */
-    uint64_t huge_freed;     /* huge mappings unmapped */
-    uint64_t huge_freed_bytes;
+    uint64_t purge_runs;         /* slice runs purged */
+    uint64_t purged_bytes;       /* total, all backends */
+    uint64_t purge_failures;     /* runs the kernel refused (slices went back to dirty) */
+    uint64_t huge_freed;         /* huge mappings unmapped whole */
+    uint64_t huge_freed_bytes;   /* their bytes, and the shrunk blocks' tails unmapped */
     uint64_t huge_purged_bytes;  /* cached huge mappings purged (kept mapped for reuse) */
     uint64_t page_purged_bytes;  /* parked pages of in-use spans purged (numa/page_park.h) */
     uint64_t inline_purges;      /* purges done on a request thread (inline_purge=on, or

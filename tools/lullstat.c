@@ -960,7 +960,8 @@ static void print_prom(const struct page *pg, const struct lull_counters *c) {
     printf("lull_backend_fallbacks_total{%s} %" PRIu64 "\n", pid, c->backend_fallbacks);
     prom_head("huge_unmapped_total", "counter", "Huge blocks unmapped.");
     printf("lull_huge_unmapped_total{%s} %" PRIu64 "\n", pid, c->huge_unmapped);
-    prom_head("huge_unmapped_bytes_total", "counter", "Bytes of huge blocks unmapped.");
+    prom_head("huge_unmapped_bytes_total", "counter",
+              "Bytes of huge blocks unmapped, and of shrunk blocks' tails.");
     printf("lull_huge_unmapped_bytes_total{%s} %" PRIu64 "\n", pid, c->huge_unmapped_bytes);
     huge_cache_sum hc = huge_cache_of(c);
     prom_head("huge_cache_hits_total", "counter", "Huge allocations that reused a cached mapping.");

@@ -232,8 +232,12 @@ struct lull_counters {
     uint64_t purge_syscalls[LULL_COUNTERS_BACKEND_COUNT]; /* count */
     uint64_t purge_errors;        /* count: purge operations the kernel failed */
     uint64_t backend_fallbacks;   /* count: switches to a lower backend / mechanism */
-    uint64_t huge_unmapped;       /* count: huge blocks unmapped (by the reclaim thread) */
-    uint64_t huge_unmapped_bytes; /* count: their bytes */
+    uint64_t huge_unmapped;       /* count: huge blocks' mappings unmapped whole (by the
+                                   * reclaim thread) */
+    uint64_t huge_unmapped_bytes; /* count: huge address space unmapped: those mappings'
+                                   * bytes, and the tails of huge blocks realloc shrank in
+                                   * place (address space the block gave up: no mapping of
+                                   * its own, so not in huge_unmapped) */
 
     /* Refaults: purged pages that were touched again. The wasted-purge
      * ratio is refault_pages / purged_pages (computed by the reader; it is
