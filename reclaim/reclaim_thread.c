@@ -526,6 +526,11 @@ void lull_reclaim_huge_push(lull_huge *h) {
     }
     if (unmaps_inline()) {
         STAT_ADD(inline_purges, 1);
+        /* counted as the reclaim thread's unmaps are: uncounted, mapped
+         * fell by every block freed here and huge_unmapped stayed at 0
+         * (tests/test_huge_unmapped_counted.c) */
+        STAT_ADD(huge_freed, 1);
+        STAT_ADD(huge_freed_bytes, h->map_len);
         lull_huge_unmap(h, true);
         return;
     }
@@ -539,6 +544,7 @@ static void huge_tail_push(void *start, size_t len, size_t dirty, int node) {
     lull_reclaim_want();
     if (!atomic_load_explicit(&R.running, memory_order_relaxed) && unmaps_inline()) {
         STAT_ADD(inline_purges, 1);
+        STAT_ADD(huge_freed_bytes, len); /* as the reclaim thread's (huge_reclaim.c) */
         lull_huge_unmap_tail(start, len, dirty, node);
         return;
     }

@@ -233,7 +233,8 @@ struct lull_counters {
     uint64_t purge_errors;        /* count: purge operations the kernel failed */
     uint64_t backend_fallbacks;   /* count: switches to a lower backend / mechanism */
     uint64_t huge_unmapped;       /* count: huge blocks' mappings unmapped whole (by the
-                                   * reclaim thread) */
+                                   * reclaim thread, or by the freeing thread under
+                                   * inline_purge) */
     uint64_t huge_unmapped_bytes; /* count: huge address space unmapped: those mappings'
                                    * bytes, and the tails of huge blocks realloc shrank in
                                    * place (address space the block gave up: no mapping of
