@@ -8,7 +8,7 @@
 int purge_madvise_one(purge_backend *b, const purge_range *r, int advice) {
     purge_kind_counters *c = &b->per_kind[LULL_BACKEND_MADVISE];
     for (int tries = 0;; tries++) {
-        purge_count(&c->calls, 1);
+        purge_count_syscall(b, &c->calls);
         if (madvise(r->addr, r->len, advice) == 0) {
             purge_count_done(b, LULL_BACKEND_MADVISE, 1, r->len);
             return 0;

@@ -25,7 +25,7 @@
 
 /* Bytes advised (iovecs are done whole and in order), or -errno. */
 static long pm_call(purge_backend *b, const struct iovec *iov, size_t cnt, int advice) {
-    purge_count(&b->per_kind[LULL_BACKEND_PROCESS_MADVISE].calls, 1);
+    purge_count_syscall(b, &b->per_kind[LULL_BACKEND_PROCESS_MADVISE].calls);
     if (lull_fault(LULL_FAULT_PROCESS_MADVISE)) return -EINVAL; /* as a kernel before 6.13 */
     long ret = syscall(SYS_process_madvise, b->pidfd, iov, cnt, advice, 0u);
     return ret < 0 ? -errno : ret;

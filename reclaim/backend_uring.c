@@ -60,7 +60,7 @@ static int uring_batch(purge_backend *b, const purge_range *r, size_t n, int adv
         if (lull_fault(LULL_FAULT_URING_SUBMIT)) {
             ret = -ENXIO;
         } else {
-            purge_count(calls, 1);
+            purge_count_syscall(b, calls);
             /* wait for every request not yet reaped */
             ret = io_uring_submit_and_wait(ring, (unsigned)(inflight + queued - submitted));
         }
@@ -82,7 +82,7 @@ static int uring_batch(purge_backend *b, const purge_range *r, size_t n, int adv
         inflight -= reap(b, r, n, res);
         if (!inflight) break;
         struct io_uring_cqe *cqe;
-        purge_count(calls, 1);
+        purge_count_syscall(b, calls);
         int w = io_uring_wait_cqe(ring, &cqe);
         if (w < 0 && !purge_err_transient(w) && w != -ETIME) {
             /* The ring cannot be waited on, but io-wq still posts the

@@ -94,7 +94,7 @@ lull_backend_kind purge_backend_open(purge_backend *b, lull_backend_kind want,
  * negative errno of each range. A closed (or zeroed, never opened) backend
  * purges with madvise. Another advice (the warm reserve's
  * MADV_POPULATE_WRITE) runs the same way, but no range of it counts in
- * per_kind ranges and bytes nor in errors, which are purges'. */
+ * per_kind ranges, bytes and calls nor in errors, which are purges'. */
 size_t purge_backend_run(purge_backend *b, const purge_range *r, size_t n, int advice,
                          int *results);
 
@@ -136,6 +136,15 @@ static inline void purge_count_done(purge_backend *b, lull_backend_kind k, uint6
     if (b->not_purging) return;
     purge_count(&b->per_kind[k].ranges, ranges);
     purge_count(&b->per_kind[k].bytes, bytes);
+}
+
+/* A system call a mechanism made (*calls: its per_kind calls): counted
+ * unless the run was not a purge (per_kind calls are the counter page's
+ * purge_syscalls, the calls that carried purges; counted, each prefault of
+ * the warm reserve added one with nothing purged,
+ * tests/test_purged_pages_prefault.c). */
+static inline void purge_count_syscall(purge_backend *b, uint64_t *calls) {
+    if (!b->not_purging) purge_count(calls, 1);
 }
 
 /* Each mechanism purges n <= PURGE_RING_ENTRIES valid ranges (page aligned,

@@ -2,8 +2,10 @@
  * the purge backend (reclaim/warm_reserve.c). Those pages are made
  * resident, not purged: the counter page's purged_pages (the denominator
  * of the wasted-purge ratio) and the per-backend purge_bytes[] must not
- * count them. With a day's purge delay nothing is purged; refault demand,
- * faked as tests/test_limits.c does, makes the reserve fill, and the purge
+ * count them, nor purge_syscalls[], the system calls that carried purges
+ * (it counted each prefault's madvise, io_uring_enter or process_madvise,
+ * and grew every tick the reserve filled with nothing purged). With a day's purge delay nothing is
+ * purged; refault demand, faked as tests/test_limits.c does, makes the reserve fill, and the purge
  * figures must stay where they were. */
 #include "lull.h"
 #include "lull/counters.h"
@@ -26,6 +28,13 @@ static uint64_t purge_bytes(const struct lull_counters *c) {
     uint64_t t = 0;
     for (int k = 0; k < LULL_COUNTERS_BACKEND_COUNT; k++)
         t += c->purge_bytes[k];
+    return t;
+}
+
+static uint64_t purge_syscalls(const struct lull_counters *c) {
+    uint64_t t = 0;
+    for (int k = 0; k < LULL_COUNTERS_BACKEND_COUNT; k++)
+        t += c->purge_syscalls[k];
     return t;
 }
 
@@ -54,4 +63,7 @@ Test(purged_pages, a_prefault_of_the_warm_reserve_is_not_a_purge, .timeout = 60)
                  (unsigned long long)c1.total.warm >> 10,
                  (unsigned long long)(c1.purged_pages - c0.purged_pages));
     cr_assert_eq(purge_bytes(&c1), purge_bytes(&c0), "purge_bytes[] counted the prefault");
+    cr_assert_eq(purge_syscalls(&c1), purge_syscalls(&c0),
+                 "purge_syscalls[] grew by %llu with nothing purged: it counted the prefault",
+                 (unsigned long long)(purge_syscalls(&c1) - purge_syscalls(&c0)));
 }

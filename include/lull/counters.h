@@ -226,7 +226,8 @@ struct lull_counters {
     /* Purging by backend, indexed by enum lull_counters_backend. A "call"
      * is one purged range (one SQE, one iovec or one madvise); "syscalls"
      * are the system calls that carried them (io_uring_enter,
-     * process_madvise, madvise). */
+     * process_madvise, madvise), not those of the warm reserve's prefaults
+     * (MADV_POPULATE_WRITE: no purge). */
     uint64_t purge_calls[LULL_COUNTERS_BACKEND_COUNT];    /* count */
     uint64_t purge_bytes[LULL_COUNTERS_BACKEND_COUNT];    /* count */
     uint64_t purge_syscalls[LULL_COUNTERS_BACKEND_COUNT]; /* count */
