@@ -236,6 +236,17 @@ LULL_EXPORT void free_sized(void *p, size_t size) EXPORT_AS(lull_free_sized);
 LULL_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size)
     EXPORT_AS(lull_free_aligned_sized);
 
+/* glibc's malloc calls (src/glibc_malloc.c, an archive member of its own in
+ * liblull.a) come with malloc: a program that links liblull.a and calls
+ * none of them itself still exports them (the linker exports a definition
+ * that libc.so has too, as it does malloc's), so that its plugins and
+ * libraries reach lull's. Without this reference the member came only with
+ * a call of the program's own: a dlopen'ed plugin's malloc_trim(0) trimmed
+ * glibc's empty arena and said 0, and its mallinfo2() read glibc's figures
+ * (tests/test_glibc_calls_exported.c). */
+LULL_EXPORT int malloc_trim(size_t pad);
+__attribute__((used)) static int (*const with_glibc_malloc_calls)(size_t) = malloc_trim;
+
 LULL_EXPORT LULL_ENTRY_TEXT void *aligned_alloc(size_t alignment, size_t size) {
     return lull_aligned_alloc(alignment, size);
 }
