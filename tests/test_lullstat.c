@@ -759,6 +759,35 @@ Test(lullstat, clean_leaves_another_users_headerless_object) {
     assert_contains(r->out, line);
 }
 
+/* The same with a name that says a pid, of a process that is gone: a
+ * header-less lull.<pid> was judged by its name alone ("process gone"), and
+ * a lull.<pid>.heap (a profile has no header either) went once no page was
+ * there, whoever owned them: root's --clean removed both files of uid
+ * 65534. Our own lull.<pid>.heap still goes. */
+Test(lullstat, clean_leaves_another_users_files_named_for_a_dead_pid) {
+    if (geteuid() != 0) cr_skip_test("needs root, to make a file of another user");
+    fresh();
+    pid_t dead = dead_pid(), ours_dead = dead_pid();
+    char theirs[64], theirs_heap[64], ours_heap[64], arg[16], arg_ours[16];
+    snprintf(theirs, sizeof theirs, "lull.%d", (int)dead);
+    snprintf(theirs_heap, sizeof theirs_heap, "lull.%d.heap", (int)dead);
+    snprintf(ours_heap, sizeof ours_heap, "lull.%d.heap", (int)ours_dead);
+    headerless(theirs, 65534);
+    headerless(theirs_heap, 65534);
+    headerless(ours_heap, 0);
+    struct run *r = LULLSTAT("--clean", pidstr(arg, dead), pidstr(arg_ours, ours_dead));
+    bool kept = shm_exists(theirs), kept_heap = shm_exists(theirs_heap);
+    shm_unlink(theirs);
+    shm_unlink(theirs_heap);
+    cr_assert(kept, "--clean removed another user's header-less %s: %s%s", theirs, r->out, r->err);
+    cr_assert(kept_heap, "--clean removed another user's %s: %s%s", theirs_heap, r->out, r->err);
+    cr_assert_not(shm_exists(ours_heap), "our own profile file stayed: %s%s", r->out, r->err);
+    cr_assert_eq(r->status, LS_OK, "stdout: %s\nstderr: %s", r->out, r->err);
+    char line[128];
+    snprintf(line, sizeof line, "kept /%s", theirs);
+    assert_contains(r->out, line);
+}
+
 Test(lullstat, named_page) {
     fresh();
     char name[64];

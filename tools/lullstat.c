@@ -1284,13 +1284,16 @@ static int do_clean(char **sel, int nsel) {
          * (a writer locks it and fills the header right after creating it),
          * and only the caller's own: nothing says another user's file of
          * that name is lull's, and root's --clean removed a text file of
-         * another user as "no header" (session 22). */
+         * another user as "no header" (session 22). Nor is a name enough
+         * (lull.<pid> of a pid that is gone): root's --clean removed such a
+         * file of another user as "process gone". */
         bool headerless = e->readable && !e->counter_page && e->locked == 0 && now - e->mtime > 2;
-        bool garbage = headerless && e->uid == geteuid();
-        if (s != ST_STALE && !garbage) {
+        bool foreign = !e->counter_page && e->uid != geteuid();
+        bool garbage = headerless && !foreign;
+        if ((s != ST_STALE && !garbage) || foreign) {
             if (nsel)
                 printf("kept %s (pid %" PRIu64 ", %s)\n", e->shown, e->pid,
-                       headerless      ? "no header, another user's"
+                       foreign         ? "no header, another user's"
                        : s == ST_ALIVE ? "alive"
                                        : "state unknown");
             continue;
@@ -1314,13 +1317,19 @@ static int do_clean(char **sel, int nsel) {
         removed++;
     }
     /* A heap profile nobody collected goes when its page is gone (a live
-     * process's page: its profile may be on its way to a lullstat). */
+     * process's page: its profile may be on its way to a lullstat), and
+     * only the caller's own: it has no header either, so nothing says
+     * another user's file of that name is lull's. */
     for (size_t i = 0; i < n; i++) {
         const struct entry *e = &es[i];
         if (!e->profile) continue;
         struct entry pe = *e;
         pe.name[strlen(pe.name) - (sizeof LULL_COUNTERS_PROFILE_SUFFIX - 1)] = '\0';
         if (nsel && !clean_selected(&pe, want, nsel, found)) continue;
+        if (e->uid != geteuid()) {
+            if (nsel) printf("kept %s (another user's)\n", e->shown);
+            continue;
+        }
         char path[sizeof e->name + sizeof LULL_COUNTERS_SHM_DIR];
         struct stat now_st;
         snprintf(path, sizeof path, "%s%s", LULL_COUNTERS_SHM_DIR, pe.name);
