@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -30,7 +31,9 @@ const char *lull_parse_ulong(const char *s, unsigned long *out) {
     unsigned long v = 0;
     if (*s < '0' || *s > '9') return NULL;
     while (*s >= '0' && *s <= '9') {
-        v = v * 10 + (unsigned long)(*s - '0');
+        unsigned long d = (unsigned long)(*s - '0');
+        /* past ULONG_MAX it stays there: wrapped, 2^64 + 1 read as 1 */
+        v = v > (ULONG_MAX - d) / 10 ? ULONG_MAX : v * 10 + d;
         s++;
     }
     *out = v;
@@ -45,5 +48,5 @@ uint64_t lull_meminfo_bytes(const char *text, const char *key) {
         p++;
     unsigned long kb;
     if (!lull_parse_ulong(p, &kb)) return 0;
-    return (uint64_t)kb * 1024;
+    return kb > UINT64_MAX / 1024 ? UINT64_MAX : (uint64_t)kb * 1024;
 }

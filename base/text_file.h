@@ -11,12 +11,13 @@
 /* A whole small file into buf (NUL-terminated, cut at size - 1 bytes);
  * its length, or -errno. */
 int lull_read_text_file(const char *path, char *buf, size_t size);
-/* The decimal digits at s into *out; the first character past them, or
- * NULL when s starts with none. */
+/* The decimal digits at s into *out (ULONG_MAX for a number past it,
+ * never wrapped); the first character past them, or NULL when s starts
+ * with none. */
 const char *lull_parse_ulong(const char *s, unsigned long *out);
 /* The figure after `key` in a meminfo text ("MemTotal:   16318356 kB",
- * also a node's "Node 0 MemTotal: ..."), in bytes; 0 when the key is not
- * there. */
+ * also a node's "Node 0 MemTotal: ..."), in bytes (UINT64_MAX past it);
+ * 0 when the key is not there. */
 uint64_t lull_meminfo_bytes(const char *text, const char *key);
 
 #endif

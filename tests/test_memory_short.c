@@ -33,6 +33,8 @@ Test(memory_short, cgroup) {
     cr_assert(!lull_cgroup_short("900000\n", "1040000\n"));
     cr_assert(!lull_cgroup_short("", "1040000\n"));
     cr_assert(!lull_cgroup_short("5\n", "0\n"));
+    /* a limit past 64 bits is no limit (it wrapped to 1: short) */
+    cr_assert(!lull_cgroup_short("1000000\n", "18446744073709551617\n"));
 }
 
 static atomic_bool fake_short;

@@ -481,6 +481,39 @@ Test(numa_topology, sysfs_fake_tree) {
     cr_assert_eq(system(cmd), 0);
 }
 
+/* Numbers past 64 bits in sysfs (a fake tree: the kernel writes none):
+ * the reader wrapped them, so 2^64 + 1 was node 1, 2^64 + 3 CPU 3, and
+ * 2^54 + 1 kB of memory was 1 KiB. A number that large is past every
+ * limit: a node or CPU id too big to keep (ignored, as 70 is), the most
+ * memory there can be. */
+Test(numa_topology, sysfs_numbers_past_64_bits_are_not_wrapped) {
+    char root[] = "/tmp/lull-fake-sysfs.XXXXXX";
+    cr_assert_not_null(mkdtemp(root));
+    put(root, "devices/system/cpu/possible", "0-3\n");
+    put(root, "devices/system/node/online", "0,18446744073709551617\n");
+    put(root, "devices/system/node/node0/cpulist", "0,18446744073709551619\n");
+    put(root, "devices/system/node/node0/meminfo",
+        "Node 0 MemTotal: 18014398509481985 kB\n"
+        "Node 0 MemFree:  36893488147419103233 kB\n");
+    cr_assert_eq(numa_topology_set_sysfs_root(root), 0);
+    lull_fault_arm(LULL_FAULT_NUMA, -1);
+    int nodes = numa_topology_init();
+    const struct numa_topology *t = numa_topology();
+    uint64_t mask = t->node_mask, total = t->mem_total[0], free_ = t->mem_free[0];
+    int cpu3 = numa_cpu_node(3);
+    cr_assert_eq(numa_topology_set_sysfs_root(NULL), 0);
+    lull_fault_arm(LULL_FAULT_NUMA, 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(nodes, 1, "node mask 0x%llx", (unsigned long long)mask);
+    cr_assert_eq(mask, 1);
+    cr_assert_eq(cpu3, -1, "2^64 + 3 was taken as CPU 3");
+    cr_assert_eq(total, UINT64_MAX, "MemTotal %llu", (unsigned long long)total);
+    cr_assert_eq(free_, UINT64_MAX, "MemFree %llu", (unsigned long long)free_);
+    numa_topology_init();
+}
+
 Test(numa_topology, segment_hook_and_stats) {
     numa_topology_init();
     static struct numa_topology t;
