@@ -207,13 +207,30 @@ static void set_sched_class(void) {
 /* The reclaim thread itself: it never waits for its own tick. */
 static __thread bool on_reclaim_thread __attribute__((tls_model("initial-exec")));
 
+/* The CPUs of reclaim_cpu this thread runs on (those the kernel has), for
+ * its io-wq workers; NULL when it runs unpinned because the set has no CPU
+ * it may use (reclaim_start said so). The kernel copies a set only up to
+ * its own CPU count: CPU 1000 registered as an empty set, and the start
+ * message said "io-wq workers pinned" of workers that ran everywhere
+ * (tests/test_reclaim_placement.c). */
+static const cpu_set_t *pinned_cpus(cpu_set_t *actual) {
+    if (!lull_config.reclaim_cpus_set ||
+        pthread_getaffinity_np(pthread_self(), sizeof *actual, actual) != 0)
+        return NULL;
+    cpu_set_t outside;
+    CPU_XOR(&outside, actual, &lull_config.reclaim_cpus);
+    CPU_AND(&outside, &outside, actual);
+    return CPU_COUNT(&outside) == 0 ? actual : NULL;
+}
+
 static void *reclaim_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "lull-reclaim");
     set_sched_class();
     /* the ring is created here: IORING_SETUP_SINGLE_ISSUER binds it to
      * this thread, and its io-wq workers inherit this thread's CPU set */
-    const cpu_set_t *cpus = lull_config.reclaim_cpus_set ? &lull_config.reclaim_cpus : NULL;
+    cpu_set_t actual;
+    const cpu_set_t *cpus = pinned_cpus(&actual);
     /* Under the step lock, which fork's prepare handler takes: a fork child
      * closes the backend's and the monitor's descriptors that its copy
      * records as open (ring_open, the pidfd, the monitor's `opened`), and a

@@ -143,3 +143,21 @@ Test(reclaim_placement, bad_reclaim_sched_is_reported_and_default_kept, .timeout
     run_with("reclaim_sched=fastest", &cr);
     cr_assert_eq(reexec_field(&cr, "reclaim_policy"), SCHED_OTHER);
 }
+
+/* A reclaim_cpu set the kernel has no CPU of (valid syntax, CPU 1000 on a
+ * 2-CPU machine): the thread runs unpinned and says so, and its io-wq
+ * workers are not said to be pinned. The kernel copies the set only up to
+ * its own CPU count, so it took the registration of an empty set, and the
+ * verbose start message claimed "io-wq workers pinned" for workers that ran
+ * on every CPU. */
+Test(reclaim_placement, a_set_of_no_real_cpu_pins_no_io_wq_worker, .timeout = 90) {
+    child_run cr;
+    run_with("reclaim_cpu=1000,verbose=on", &cr);
+    cr_assert(strstr(cr.err, "cannot pin the reclaim thread"), "no report of the failed pin: %s",
+              cr.err);
+    if (!uses_ring(&cr)) cr_skip_test("io_uring unavailable: no io-wq workers");
+    cr_assert_null(strstr(cr.err, "io-wq workers pinned"), "workers said to be pinned: %s", cr.err);
+    cpu_set_t allowed;
+    cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    cr_assert_eq(__builtin_popcountll(reexec_field(&cr, "worker0_cpus")), CPU_COUNT(&allowed));
+}
