@@ -27,17 +27,19 @@
 typedef struct lull_reclaim_stats {
     uint64_t ticks;
     uint64_t cpu_ns;
-    uint64_t purge_runs;         /* slice runs purged */
-    uint64_t purged_bytes;       /* total, all backends */
-    uint64_t purge_failures;     /* runs the kernel refused (slices went back to dirty) */
-    uint64_t huge_freed;         /* huge mappings unmapped whole */
-    uint64_t huge_freed_bytes;   /* their bytes, and the shrunk blocks' tails unmapped */
-    uint64_t huge_purged_bytes;  /* cached huge mappings purged (kept mapped for reuse) */
-    uint64_t page_purged_bytes;  /* parked pages of in-use spans purged (numa/page_park.h) */
-    uint64_t inline_purges;      /* purges done on a request thread (inline_purge=on, or
-                                  * lull_purge_all with no reclaim thread) */
-    uint64_t forced_ticks;       /* ticks that purged everything (purge_now.h) */
-    uint64_t limit_waits;        /* allocations over the heap limit that waited for one */
+    uint64_t purge_runs;        /* slice runs purged */
+    uint64_t purged_bytes;      /* slice runs, parked pages and cached huge mappings purged (not the
+                                   purge before an unmap, a tail or a drained warm reserve: the backends
+                                   count every purge, lull_counters.purge_bytes[]) */
+    uint64_t purge_failures;    /* runs the kernel refused (slices went back to dirty) */
+    uint64_t huge_freed;        /* huge mappings unmapped whole */
+    uint64_t huge_freed_bytes;  /* their bytes, and the shrunk blocks' tails unmapped */
+    uint64_t huge_purged_bytes; /* cached huge mappings purged (kept mapped for reuse) */
+    uint64_t page_purged_bytes; /* parked pages of in-use spans purged (numa/page_park.h) */
+    uint64_t inline_purges;     /* purges done on a request thread (inline_purge=on, or
+                                 * lull_purge_all with no reclaim thread) */
+    uint64_t forced_ticks;      /* ticks that purged everything (purge_now.h) */
+    uint64_t limit_waits;       /* allocations over the heap limit that waited for one */
     uint64_t huge_backlog_waits; /* huge mallocs that waited for a tick to unmap the queue */
     /* ranges the kernel refused in purges made on a caller's own backend
      * (lull_purge_now_on_caller); the reclaim thread's backend counts its
