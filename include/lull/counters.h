@@ -74,7 +74,11 @@
  *
  * Units: bytes unless the name says otherwise; "count" fields are
  * cumulative since the process started (monotonic, wrap only after 2^64);
- * other fields are gauges (the value at publication time).
+ * other fields are gauges (the value at publication time). In the child
+ * of a fork the counts of the reclaim thread and its purge backend (ticks,
+ * purges, purge calls and bytes, unmaps) start at 0 with the child's own
+ * reclaim thread, while the allocation counts (mallocs, frees, huge cache
+ * hits and misses) go on from the parent's values at the fork.
  */
 #ifndef LULL_COUNTERS_H
 #define LULL_COUNTERS_H
