@@ -283,4 +283,22 @@ LULL_EXPORT LULL_ENTRY_TEXT void *pvalloc(size_t size) {
     }
     return lull_aligned_alloc(page, rounded & ~(page - 1));
 }
+
+/* glibc's __libc_* names of the family (glibc 2.36 exports these seven at
+ * GLIBC_2.2.5), as mimalloc, tcmalloc and jemalloc define them: code
+ * written for glibc (an old malloc hook's wrapper, a runtime, a profiler)
+ * calls them and mixes their blocks with malloc's, so they must be one
+ * allocator's. When they were glibc's, __libc_free(malloc(100)) handed
+ * lull's block to glibc's free ("free(): invalid pointer", abort), and
+ * free(__libc_malloc(100)) glibc's block to lull's. Here, in malloc's
+ * archive member, so that a program linked with liblull.a has them (and
+ * exports them to its plugins) as it has malloc
+ * (tests/test_glibc_libc_names.c, tests/test_glibc_calls_exported.c). */
+LULL_EXPORT void *__libc_malloc(size_t size) EXPORT_AS(lull_malloc);
+LULL_EXPORT void __libc_free(void *p) EXPORT_AS(lull_free);
+LULL_EXPORT void *__libc_calloc(size_t count, size_t size) EXPORT_AS(lull_calloc);
+LULL_EXPORT void *__libc_realloc(void *p, size_t size) EXPORT_AS(lull_realloc);
+LULL_EXPORT void *__libc_memalign(size_t alignment, size_t size) EXPORT_AS(memalign);
+LULL_EXPORT void *__libc_valloc(size_t size) EXPORT_AS(valloc);
+LULL_EXPORT void *__libc_pvalloc(size_t size) EXPORT_AS(pvalloc);
 #endif

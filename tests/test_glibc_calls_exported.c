@@ -6,13 +6,17 @@
  * member that holds them (src/glibc_malloc.c) came only with a call of
  * the program's own: a plugin's malloc_trim(0) trimmed glibc's empty arena
  * and said 0, and its mallinfo2() read glibc's figures (hblkhd 0 with a
- * 64 MiB block live).
+ * 64 MiB block live). glibc's __libc_* names of the malloc family
+ * (tests/support/libc_names.h) are in malloc's own member and come with
+ * it: a plugin's __libc_free(malloc(100)) must reach lull's free.
  *
  * This test program links liblull.a and must call none of those names, nor
  * the lull_* ones of the same file: it finds them by dlsym() as a plugin's
  * references are bound. Only in LULL_OVERRIDE builds (glibc's names are
  * lull's there). */
 #define _GNU_SOURCE
+#include "tests/support/libc_names.h"
+
 #include <criterion/criterion.h>
 
 #include <dlfcn.h>
@@ -37,8 +41,8 @@ Test(glibc_calls_exported, with_malloc_from_a_program_that_calls_none) {
 #endif
     /* malloc is this program's (liblull.a): the names must be found there */
     char *mine = strdup(defining_object("malloc"));
-    static const char *const names[] = {"malloc_trim", "mallinfo2", "mallinfo", "malloc_stats",
-                                        "malloc_info"};
+    static const char *const names[] = {"malloc_trim",  "mallinfo2",   "mallinfo",
+                                        "malloc_stats", "malloc_info", LIBC_NAMES};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         cr_expect_str_eq(defining_object(names[i]), mine, "%s is bound in %s, malloc in %s",
                          names[i], defining_object(names[i]), mine);

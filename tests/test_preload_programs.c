@@ -12,6 +12,8 @@
  * is not installed. Outputs go to a temporary directory, removed at the end
  * unless LULL_TEST_KEEP is set in the environment. */
 #define _GNU_SOURCE
+#include "tests/support/libc_names.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -902,6 +904,39 @@ Test(preload, glibc_malloc_calls_bind_to_the_library) {
     g_passed = true;
 }
 
+/* glibc's __libc_* malloc calls (__libc_malloc, __libc_free, ...) of a
+ * program that knows nothing of lull come from the library too: code
+ * written for glibc mixes them with malloc and free. */
+Test(preload, libc_names_bind_to_the_library) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX];
+    built_program(prog, sizeof prog, "libc_names");
+    const char *const argv[] = {prog, "--bind-only", NULL};
+    static const char *const syms[] = {LIBC_NAMES};
+    struct bindings b = {.syms = syms, .nsyms = sizeof syms / sizeof syms[0]};
+    check_bindings(prog, argv, &b);
+    g_passed = true;
+}
+
+/* The blocks cross between those names and malloc's (each block made by
+ * one family is freed or grown by the other): with the names glibc's,
+ * __libc_free(malloc(100)) handed lull's block to glibc's free, which
+ * aborted ("free(): invalid pointer"). */
+Test(preload, libc_names_mix_with_malloc_and_free) {
+    REQUIRE_PRELOADABLE_BUILD();
+    char prog[PATH_MAX];
+    built_program(prog, sizeof prog, "libc_names");
+    const char *const argv[] = {prog, NULL};
+    struct run with = {.argv = argv, .timeout_s = 60, .tag = "libc_names"}, without;
+    run_both(&with, &without);
+    cr_assert_str_eq(without.out, "OK\n", "libc_names printed without the preload: %s",
+                     without.out);
+    cr_assert_str_eq(with.out, "OK\n", "libc_names printed under the preload: %s", with.out);
+    run_free(&with);
+    run_free(&without);
+    g_passed = true;
+}
+
 /* The figure `key` of tests/programs/glibc_calls.c's output ("key value"). */
 static unsigned long long figure(const char *out, const char *key) {
     char want[64];
@@ -1053,7 +1088,8 @@ Test(preload, path_search_exec_before_the_first_allocation) {
 
 /* Whether a dynamic symbol of liblull.so is part of its interface: the
  * lull_* API, the malloc family (with glibc's malloc_trim, mallinfo,
- * mallinfo2, malloc_stats and malloc_info), the C++ operators (_Znw*, _Zna*, _Zdl*,
+ * mallinfo2, malloc_stats and malloc_info, and its __libc_* names of the
+ * family), the C++ operators (_Znw*, _Zna*, _Zdl*,
  * _Zda*) and the exec and exit wrappers of src/counter_page.c. */
 static bool lull_interface_symbol(const char *name) {
     static const char *const names[] = {"malloc",
@@ -1074,6 +1110,7 @@ static bool lull_interface_symbol(const char *name) {
                                         "mallinfo2",
                                         "malloc_stats",
                                         "malloc_info",
+                                        LIBC_NAMES,
                                         "execl",
                                         "execle",
                                         "execlp",
