@@ -14,7 +14,13 @@
  * a quarter of the seeds: base/race.c); the main thread forks once the
  * point is reached. The child frees every other block of the span,
  * collects, and must have released the span. Bounded by trials (SEEDS),
- * not by time. */
+ * not by time.
+ *
+ * A thread without a heap (one past lull's heap destructor: a free in a
+ * later thread-specific destructor) has no record to name the span: it
+ * holds src/heap.c's heapless_lock from before the CAS to after the push,
+ * and fork's prepare handler takes it, so the fork waits for the push.
+ * The second test frees from such a destructor. */
 #define _GNU_SOURCE
 #include "lull.h"
 #include "src/span.h"
@@ -22,6 +28,7 @@
 #include "tests/support/race_fork.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define SEEDS 16
@@ -69,9 +76,9 @@ static int child_check(void *span) {
 }
 
 /* One trial (seed s): 1 if the child kept the span. */
-static int fork_inside_a_remote_free(uint64_t s) {
+static int fork_inside_a_remote_free(uint64_t s, void *(*run)(void *)) {
     victim = block_of_a_full_span();
-    int kept = race_fork_at(LULL_RACE_REMOTE_QUEUE, 0xf0de0ULL * (s + 1), free_one, blocks[victim],
+    int kept = race_fork_at(LULL_RACE_REMOTE_QUEUE, 0xf0de0ULL * (s + 1), run, blocks[victim],
                             child_check, span_of(blocks[victim]), NULL);
     for (int i = 0; i < BLOCKS; i++)
         if (i != victim) lull_free(blocks[i]);
@@ -79,12 +86,38 @@ static int fork_inside_a_remote_free(uint64_t s) {
     return kept;
 }
 
-Test(race_fork_remote, fork_while_another_thread_queues_a_span, .timeout = 300) {
+/* Every trial with `run` freeing the block: fails if a child kept a span. */
+static void no_child_keeps_the_span(void *(*run)(void *), const char *free_kind) {
     int kept = 0;
     for (uint64_t s = 0; s < SEEDS; s++)
-        kept += fork_inside_a_remote_free(s);
-    cr_assert_eq(kept, 0,
-                 "%d of %d fork children never released a span a remote free had queued on no "
-                 "list",
-                 kept, SEEDS);
+        kept += fork_inside_a_remote_free(s, run);
+    cr_assert_eq(kept, 0, "%d of %d fork children never released a span a %s had queued on no list",
+                 kept, SEEDS, free_kind);
+}
+
+Test(race_fork_remote, fork_while_another_thread_queues_a_span, .timeout = 300) {
+    no_child_keeps_the_span(free_one, "remote free");
+}
+
+/* Created after lull's heap key (the first malloc creates that): glibc
+ * runs a thread's destructors in key order, so this one runs after lull's
+ * has abandoned the thread's heap, and its free is a heapless one. */
+static pthread_key_t after_the_heap;
+
+static void free_without_a_heap(void *p) {
+    lull_free(p);
+}
+
+/* The thread makes a heap (its free then finds lull's destructor done),
+ * and leaves p to be freed at its exit. */
+static void *free_one_at_exit(void *p) {
+    lull_free(lull_malloc(64));
+    cr_assert_eq(pthread_setspecific(after_the_heap, p), 0);
+    return NULL;
+}
+
+Test(race_fork_remote, fork_while_a_thread_without_a_heap_queues_a_span, .timeout = 300) {
+    lull_free(lull_malloc(64)); /* lull's heap key first */
+    cr_assert_eq(pthread_key_create(&after_the_heap, free_without_a_heap), 0);
+    no_child_keeps_the_span(free_one_at_exit, "heapless remote free");
 }
