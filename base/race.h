@@ -40,6 +40,8 @@ typedef enum {
                                    * closed */
     LULL_RACE_HUGE_TAKE_ALIGNED,  /* an aligned huge malloc: the overflow of freed mappings
                                    * taken whole, the rest not yet given back */
+    LULL_RACE_HUGE_TAKE_ALL,      /* a huge malloc with no reclaim thread: every queued
+                                   * mapping taken, those it does not keep not yet given back */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

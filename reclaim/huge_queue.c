@@ -16,11 +16,15 @@
  *   claim   the reclaim thread, oldest      QUEUED -> EMPTY  (then it caches
  *           first, each tick:                         the mapping, or purges
  *                                                     and unmaps it)
- *   take_all  no reclaim thread running:    QUEUED -> EMPTY  for every slot
+ *   take_all  huge malloc, no reclaim       QUEUED -> EMPTY  for every slot,
+ *             thread running                          then EMPTY -> QUEUED
+ *             (take_first_fit):                       (a push) for each
+ *                                                     one it does not keep
  *
  * The overflow stack: push (free) one CAS on the head; take whole (the
- * reclaim thread, take_all, an aligned malloc) one exchange to NULL; give
- * back (the aligned malloc, what it did not keep) one CAS from NULL.
+ * reclaim thread, take_first_fit, an aligned malloc) one exchange to NULL;
+ * give back (the aligned malloc, what it did not keep) one CAS from NULL,
+ * (take_first_fit) a push of each.
  *
  * So a malloc never gets a mapping the reclaim thread is purging or
  * unmapping (the reclaim thread purges only what its claim won), and the
@@ -34,8 +38,8 @@
  * (an over-aligned block, a header above 2^49) or one freed while every
  * slot is taken. Push is one CAS on its head; it is only ever taken whole
  * (an exchange: no ABA), so whoever walks it owns every header on it: the
- * reclaim thread each tick, take_all, and a huge malloc aligned past a
- * slice (take_aligned), which looks at the first
+ * reclaim thread each tick, take_first_fit, and a huge malloc aligned past
+ * a slice (take_aligned), which looks at the first
  * LULL_HUGE_QUEUE_ALIGNED_LOOKS, keeps the tightest fit and gives the rest
  * back in one CAS (after what was pushed meanwhile). Without it, a loop of
  * aligned_alloc(1 GiB, 100) and free() mapped a new block each time while
@@ -48,9 +52,11 @@
  * Fork: the reclaim thread's claims are inside its huge step (which
  * fork's prepare handler waits for), so a child never inherits a mapping
  * the reclaim thread held between its claim and its unmap. An aligned
- * take holds the whole overflow under aligned_lock, which the prepare
- * handler takes too (before session 27 a child copied inside one lost
- * every mapping on the overflow: race_fork_huge::). A malloc's take of a
+ * take holds the whole overflow, and take_first_fit the whole queue, under
+ * taken_whole_lock, which the prepare handler takes too (before session
+ * 27 a child copied inside an aligned take lost every mapping on the
+ * overflow, before session 28 one copied inside take_first_fit every
+ * queued mapping: race_fork_huge::). A malloc's take of a
  * slot in flight on another thread leaves the child one mapping nobody
  * holds (counted as `freed`, its address space lost to that child only);
  * the child counts queued_bytes again. */
@@ -191,24 +197,27 @@ static void overflow_give_back(lull_huge *list) {
     }
 }
 
-/* Held from an aligned take's exchange to its give back, and by fork's
- * prepare handler: a child copied in between had none of the mappings the
- * taking thread held (its address space never unmapped there). */
-static LULL_FORK_EXEC_DATA pthread_mutex_t aligned_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Held while a huge malloc holds mappings it took from the queue whole,
+ * from the take to the give back: an aligned take's overflow
+ * (take_aligned), or, with no reclaim thread, every queued mapping
+ * (take_first_fit); and by fork's prepare handler: a child copied in
+ * between had none of the mappings the taking thread held (their address
+ * space never unmapped there). */
+static LULL_FORK_EXEC_DATA pthread_mutex_t taken_whole_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void lull_huge_queue_fork_prepare(void) {
-    pthread_mutex_lock(&aligned_lock);
+    pthread_mutex_lock(&taken_whole_lock);
 }
 void lull_huge_queue_fork_parent(void) {
-    pthread_mutex_unlock(&aligned_lock);
+    pthread_mutex_unlock(&taken_whole_lock);
 }
 LULL_FORK_EXEC_TEXT void lull_huge_queue_fork_child(void) {
-    lull_mutex_reset_in_child(&aligned_lock);
+    lull_mutex_reset_in_child(&taken_whole_lock);
 }
 
 lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node) {
     if (!atomic_load_explicit(&overflow, memory_order_relaxed)) return NULL;
-    pthread_mutex_lock(&aligned_lock);
+    pthread_mutex_lock(&taken_whole_lock);
     /* taken whole (no ABA), so every header below is this thread's to read */
     lull_huge *list = atomic_exchange_explicit(&overflow, NULL, memory_order_acquire);
     lull_huge *best = NULL, *rest = NULL, **rest_end = &rest;
@@ -231,12 +240,13 @@ lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node)
     *rest_end = list; /* and what was not looked at, after them */
     LULL_RACE_POINT(LULL_RACE_HUGE_TAKE_ALIGNED);
     overflow_give_back(rest);
-    pthread_mutex_unlock(&aligned_lock);
+    pthread_mutex_unlock(&taken_whole_lock);
     if (best) bytes_sub(best->map_len); /* ours now */
     return best;
 }
 
-lull_huge *lull_huge_queue_take_all(void) {
+/* Every queued mapping, slots and overflow, linked by `next`. */
+static lull_huge *take_all(void) {
     lull_huge *list = lull_huge_queue_take_overflow();
     lull_huge_queue_entry e;
     for (unsigned i = 0; i < LULL_HUGE_QUEUE_SLOTS; i++)
@@ -245,6 +255,26 @@ lull_huge *lull_huge_queue_take_all(void) {
             list = e.h;
         }
     return list;
+}
+
+lull_huge *lull_huge_queue_take_first_fit(size_t size, int node) {
+    if (!lull_huge_queue_bytes()) return NULL; /* never below what is queued */
+    pthread_mutex_lock(&taken_whole_lock);
+    lull_huge *list = take_all(), *found = NULL;
+    LULL_RACE_POINT(LULL_RACE_HUGE_TAKE_ALL);
+    while (list) {
+        lull_huge *h = list;
+        list = h->next;
+        /* the block's room is `usable`, as the words have it: a fallback
+         * mapping's slack after the block is not the block's */
+        if (!found && h->block_offset == LULL_SLICE_SIZE && lull_huge_node_of(h) == node &&
+            lull_huge_fits(h->usable, size))
+            found = h; /* taken: its bytes are off the count */
+        else
+            lull_huge_queue_push(h);
+    }
+    pthread_mutex_unlock(&taken_whole_lock);
+    return found;
 }
 
 LULL_FORK_EXEC_TEXT void lull_huge_queue_after_fork_child(void) {

@@ -63,14 +63,19 @@ lull_huge *lull_huge_queue_take(size_t size, int node, uint64_t keep_bound);
  * first LULL_HUGE_QUEUE_ALIGNED_LOOKS looked at, the rest given back.
  * Still accounted as `freed`, its block dirty; or NULL. No system call; a
  * walk of headers the caller owns while it looks, under a lock that fork's
- * prepare handler takes (below), which nests no other. */
+ * prepare handler takes (below), which nests no other: a child copied
+ * while a thread held mappings taken whole would have none of them. */
 lull_huge *lull_huge_queue_take_aligned(size_t size, size_t alignment, int node);
 #define LULL_HUGE_QUEUE_ALIGNED_LOOKS 64
 /* Address space queued (slots and overflow); never below what they hold. */
 uint64_t lull_huge_queue_bytes(void);
-/* Take every queued mapping, slots and overflow, as a list linked by
- * `next` (when no reclaim thread runs: reclaim_thread.c's reuse). */
-lull_huge *lull_huge_queue_take_all(void);
+/* With no reclaim thread running (reclaim_thread.c's reuse): the first
+ * queued mapping of `node` (slots and overflow) whose block, at a slice
+ * past its header, fits `size` (lull_huge_fits); still accounted as
+ * `freed`, its block dirty; or NULL. Every queued mapping is taken whole
+ * and the others pushed back, under the lock of take_aligned (which fork's
+ * prepare handler takes). No system call. */
+lull_huge *lull_huge_queue_take_first_fit(size_t size, int node);
 
 /* ---- the reclaim thread ------------------------------------------------------ */
 
@@ -82,7 +87,7 @@ bool lull_huge_queue_claim(const lull_huge_queue_entry *e);
 /* Take the whole overflow stack (newest first, linked by `next`). */
 lull_huge *lull_huge_queue_take_overflow(void);
 
-/* Fork's handlers (src/init.c): prepare takes the aligned takes' lock,
+/* Fork's handlers (src/init.c): prepare takes the whole takes' lock,
  * after the heaps' locks (a late-heap allocation takes it holding
  * late_lock); parent and child let it go. */
 void lull_huge_queue_fork_prepare(void);

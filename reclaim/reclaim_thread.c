@@ -455,8 +455,8 @@ static bool thread_runs(void) {
 /* A huge malloc takes a cached mapping that fits. With no reclaim thread
  * there is no cache to speak of: it reuses a queued block that fits (first
  * fit), so freed huge blocks do not pile up. The queue is taken whole and
- * the others pushed back; request threads race only on the lock-free
- * queue. */
+ * the others pushed back, under a lock fork's prepare handler takes
+ * (huge_queue.h). */
 static lull_huge *huge_take(size_t size, size_t alignment, int node, bool *zeroed) {
     if (alignment > LULL_SLICE_SIZE) {
         /* only the overflow holds blocks aligned past a slice (huge_queue.h);
@@ -481,21 +481,8 @@ static lull_huge *huge_take(size_t size, size_t alignment, int node, bool *zeroe
         return NULL;
     }
     if (found || atomic_load_explicit(&R.running, memory_order_relaxed)) return found;
-    lull_huge *list = lull_huge_queue_take_all();
-    while (list) {
-        lull_huge *h = list;
-        list = h->next;
-        int h_node = h->node >= 0 && h->node < LULL_MAX_NODES ? h->node : 0;
-        /* the block's room is `usable`, as the cache's words have it: a
-         * fallback mapping's slack after the block is not the block's */
-        if (!found && h->block_offset == LULL_SLICE_SIZE && h_node == node &&
-            lull_huge_fits(h->usable, size))
-            found = h;
-        else
-            lull_huge_queue_push(h);
-    }
     *zeroed = false;
-    return found;
+    return lull_huge_queue_take_first_fit(size, node);
 }
 
 /* The queue's bound (huge_queue.h, LULL_HUGE_QUEUE_WAIT): a huge malloc

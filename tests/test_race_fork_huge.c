@@ -1,20 +1,28 @@
-/* fork() while another thread's huge malloc aligned past a slice holds the
- * overflow stack of freed mappings (reclaim/huge_queue.c's take_aligned):
- * taken whole in one exchange, given back after a look at up to 64
- * entries. The race harness holds the taking thread between the two
- * (base/race.h, point huge_take_aligned; a -DLULL_RACE=ON build).
+/* fork() while another thread holds freed huge mappings it took whole
+ * from a lock-free stack or queue and has not given back yet, or has
+ * counted a mapping it has not queued yet. The race harness holds that
+ * thread inside the window (base/race.h; a -DLULL_RACE=ON build):
  *
- * A child copied in between had none of those mappings queued: nobody
- * held them there, and their address space was never unmapped in it.
+ * - huge_take_aligned: a huge malloc aligned past a slice took the
+ *   overflow stack of freed mappings (reclaim/huge_queue.c's
+ *   take_aligned) whole, and gives the rest back after a look at up to 64
+ *   entries;
+ * - huge_take_all: a huge malloc with no reclaim thread running took every
+ *   queued mapping (reclaim/huge_queue.c's take_first_fit), and gives back
+ *   those it does not keep.
  *
- * Each trial: freed aligned blocks wait on the overflow (the reclaim
- * thread held, so that it drains nothing), a thread of its own asks for an
- * aligned block none of them fits and is held at the point (or runs
- * through it, a quarter of the seeds: base/race.c); the main thread forks
- * once the point is reached, and the child must count as queued what was
- * queued before. Bounded by trials (SEEDS), not by time. */
+ * A child copied inside one of them had none of those mappings queued:
+ * nobody held them there, and their address space was never unmapped in
+ * it.
+ *
+ * Each trial: a thread of its own enters the window and is held at the
+ * point (or runs through it, a quarter of the seeds: base/race.c); the
+ * main thread forks once the point is reached, and the child must count
+ * as queued what was queued before. Bounded by trials (SEEDS), not by
+ * time. */
 #define _GNU_SOURCE
 #include "lull.h"
+#include "base/fault.h"
 #include "reclaim/huge_queue.h"
 
 #include "tests/support/race_fork.h"
@@ -75,5 +83,47 @@ Test(race_fork_huge, fork_while_an_aligned_malloc_holds_the_overflow, .timeout =
         lull_free(got[s]);
     cr_assert_eq(lost, 0,
                  "%d of %d fork children lost the freed mappings an aligned malloc had taken", lost,
+                 SEEDS);
+}
+
+/* ---- no reclaim thread: a huge malloc takes the whole queue --------------- */
+
+/* Its start refused for good: freed huge mappings wait on the queue
+ * (inline_purge is off), and a huge malloc takes the queue whole to look
+ * for a fit (reclaim_thread.c's huge_take). */
+static void no_reclaim_thread(void) {
+    lull_fault_arm(LULL_FAULT_THREAD_CREATE, -1);
+    lull_free(lull_malloc(64));
+    cr_assert_not(lull_reclaim_now(), "a reclaim thread runs");
+}
+
+/* larger than every queued block: it takes them all and keeps none */
+static void *take_all_none(void *arg) {
+    (void)arg;
+    return lull_malloc(2 * SIZE);
+}
+
+Test(race_fork_huge, fork_while_a_malloc_without_a_reclaim_thread_holds_the_queue,
+     .init = no_reclaim_thread, .timeout = 300) {
+    void *b[FREED];
+    for (int i = 0; i < FREED; i++) {
+        b[i] = lull_malloc(SIZE);
+        cr_assert_not_null(b[i]);
+    }
+    for (int i = 0; i < FREED; i++)
+        lull_free(b[i]);
+    uint64_t queued = lull_huge_queue_bytes();
+    cr_assert_geq(queued, (uint64_t)FREED * SIZE, "the freed blocks are not queued");
+    int lost = 0;
+    for (uint64_t s = 0; s < SEEDS; s++) {
+        lost += race_fork_at(LULL_RACE_HUGE_TAKE_ALL, 0x7a4eULL * (s + 1), take_all_none, NULL,
+                             child_check, &queued, &got[s]);
+        cr_assert_not_null(got[s]);
+        cr_assert_eq(lull_huge_queue_bytes(), queued, "the parent lost queued mappings");
+    }
+    for (int s = 0; s < SEEDS; s++)
+        lull_free(got[s]);
+    cr_assert_eq(lost, 0,
+                 "%d of %d fork children lost the queued mappings a malloc had taken whole", lost,
                  SEEDS);
 }
