@@ -41,6 +41,7 @@ static const char *const names[LULL_RACE_COUNT] = {
     [LULL_RACE_COUNTER_PAGE_SWEEP] = "counter_page_sweep",
     [LULL_RACE_HUGE_TAKE_ALIGNED] = "huge_take_aligned",
     [LULL_RACE_HUGE_TAKE_ALL] = "huge_take_all",
+    [LULL_RACE_HUGE_TAIL_PUSH] = "huge_tail_push",
 };
 
 const char *lull_race_point_name(lull_race_point_id p) {

@@ -42,6 +42,8 @@ typedef enum {
                                    * taken whole, the rest not yet given back */
     LULL_RACE_HUGE_TAKE_ALL,      /* a huge malloc with no reclaim thread: every queued
                                    * mapping taken, those it does not keep not yet given back */
+    LULL_RACE_HUGE_TAIL_PUSH,     /* a huge realloc's shrunk tail counted as held, not yet
+                                   * on the tails' stack */
     LULL_RACE_COUNT
 } lull_race_point_id;
 

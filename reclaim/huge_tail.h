@@ -31,5 +31,9 @@ void lull_huge_tail_unmapped(size_t len);
  * mapping the kernel refused (an address space limit) gets back from the
  * next forced tick, as a freed mapping's (numa/huge.h, the held hook). */
 uint64_t lull_huge_tail_bytes(void);
+/* In the child after fork (reclaim_thread.c's fork handler): the held
+ * bytes counted again from the stack (a push another thread had counted
+ * and not yet made is not the child's). */
+void lull_huge_tail_after_fork_child(void);
 
 #endif

@@ -660,6 +660,7 @@ LULL_FORK_EXEC_TEXT static void reclaim_fork_child(void) {
     purge_backend_forget_after_fork(&R.backend);
     if (opened) lull_refault_after_fork_child();
     lull_huge_cache_after_fork_child();
+    lull_huge_tail_after_fork_child();
     /* A parent whose thread failed to start (pthread_create refused: a
      * thread limit it had reached, RLIMIT_NPROC, a cgroup's pids.max) says
      * nothing of the child, a new process of one thread: its thread is

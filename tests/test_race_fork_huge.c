@@ -9,21 +9,26 @@
  *   entries;
  * - huge_take_all: a huge malloc with no reclaim thread running took every
  *   queued mapping (reclaim/huge_queue.c's take_first_fit), and gives back
- *   those it does not keep.
+ *   those it does not keep;
+ * - huge_tail_push: a realloc that shrank a huge block in place counted
+ *   the tail in the tails' held bytes, and has not pushed it yet
+ *   (reclaim/huge_tail.c).
  *
- * A child copied inside one of them had none of those mappings queued:
- * nobody held them there, and their address space was never unmapped in
- * it.
+ * A child copied inside one of the first two had none of those mappings
+ * queued: nobody held them there, and their address space was never
+ * unmapped in it. One copied inside the third counted a tail nobody holds
+ * there as held for good (relief waited for a forced tick for it).
  *
  * Each trial: a thread of its own enters the window and is held at the
  * point (or runs through it, a quarter of the seeds: base/race.c); the
  * main thread forks once the point is reached, and the child must count
- * as queued what was queued before. Bounded by trials (SEEDS), not by
- * time. */
+ * as queued what was queued before (as held what its tails' stack
+ * holds). Bounded by trials (SEEDS), not by time. */
 #define _GNU_SOURCE
 #include "lull.h"
 #include "base/fault.h"
 #include "reclaim/huge_queue.h"
+#include "reclaim/huge_tail.h"
 
 #include "tests/support/race_fork.h"
 #include "tests/support/reclaim_hold.h"
@@ -126,4 +131,42 @@ Test(race_fork_huge, fork_while_a_malloc_without_a_reclaim_thread_holds_the_queu
     cr_assert_eq(lost, 0,
                  "%d of %d fork children lost the queued mappings a malloc had taken whole", lost,
                  SEEDS);
+}
+
+/* ---- a shrunk block's tail, counted before it is pushed ---------------------- */
+
+#define BIG (40 * MiB)
+#define SMALL (10 * MiB)
+
+static void *shrink(void *p) {
+    return lull_realloc(p, SMALL);
+}
+
+/* The child: 1 if it counts as held more than its tails' stack holds. */
+static int child_check_tails(void *unused) {
+    (void)unused;
+    uint64_t counted = lull_huge_tail_bytes(), held = 0;
+    for (lull_huge_tail *t = lull_huge_tail_take_all(); t; t = t->next)
+        held += t->len;
+    return counted != held;
+}
+
+/* With no reclaim thread the tails stay on their stack (inline_purge is
+ * off): each trial's is there in the parent afterwards. */
+Test(race_fork_huge, fork_while_a_realloc_pushes_a_shrunk_tail, .init = no_reclaim_thread,
+     .timeout = 300) {
+    int wrong = 0;
+    for (uint64_t s = 0; s < SEEDS; s++) {
+        void *p = lull_malloc(BIG);
+        cr_assert_not_null(p);
+        uint64_t before = lull_huge_tail_bytes();
+        wrong += race_fork_at(LULL_RACE_HUGE_TAIL_PUSH, 0x7a11ULL * (s + 1), shrink, p,
+                              child_check_tails, NULL, &got[s]);
+        cr_assert_eq(got[s], p, "the block moved");
+        cr_assert_gt(lull_huge_tail_bytes(), before, "no tail was pushed");
+    }
+    for (int s = 0; s < SEEDS; s++)
+        lull_free(got[s]);
+    cr_assert_eq(wrong, 0, "%d of %d fork children counted as held a tail their stack did not hold",
+                 wrong, SEEDS);
 }
