@@ -284,6 +284,11 @@ Test(arena, claim_respects_the_free_time_and_the_run_limit, .init = setup) {
 /* ---- concurrency: a purge never destroys a span in use ------------------ */
 
 #define CONC_ITERS (20000 / SCALE)
+/* The purger must have competed for this many slices before the allocators
+ * stop: they run on until it has (an event), not for CONC_ITERS alone. On
+ * a loaded machine the purger was scheduled late and claimed 83 slices
+ * while the allocators did their 20,000 spans, and the test failed. */
+#define CONC_CLAIMED_MIN 100ul
 
 static lull_arena conc_arena;
 static atomic_bool conc_stop;
@@ -328,7 +333,9 @@ static void *allocator(void *arg) {
     uint64_t x = (uintptr_t)arg * 0x9e3779b97f4a7c15ULL + 1;
     lull_span *held[4] = {0};
     uint64_t tag[4] = {0};
-    for (int it = 0; it < CONC_ITERS && !atomic_load(&conc_failed); it++) {
+    for (int it = 0; (it < CONC_ITERS || atomic_load(&conc_claimed_slices) <= CONC_CLAIMED_MIN) &&
+                     !atomic_load(&conc_failed);
+         it++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         unsigned slot = (unsigned)(x % 4);
         if (held[slot]) {
@@ -382,9 +389,9 @@ Test(arena, concurrent_purges_never_destroy_a_span_in_use, .init = setup, .timeo
     cr_assert_not(atomic_load(&conc_failed), "%s", conc_fail);
     cr_log_info("%lu spans, %lu slices claimed, %u segments", atomic_load(&conc_allocs),
                 atomic_load(&conc_claimed_slices), atomic_load(&conc_arena.segment_count));
-    cr_assert_eq(atomic_load(&conc_allocs), 2ul * CONC_ITERS);
+    cr_assert_geq(atomic_load(&conc_allocs), 2ul * CONC_ITERS);
     /* the purger really competed for slices */
-    cr_assert_gt(atomic_load(&conc_claimed_slices), 100ul, "only %lu slices claimed",
+    cr_assert_gt(atomic_load(&conc_claimed_slices), CONC_CLAIMED_MIN, "only %lu slices claimed",
                  atomic_load(&conc_claimed_slices));
     /* two threads holding at most 4 spans of 8 slices each need little,
      * however many slices the purger holds at a time */
