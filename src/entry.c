@@ -301,4 +301,9 @@ LULL_EXPORT void *__libc_realloc(void *p, size_t size) EXPORT_AS(lull_realloc);
 LULL_EXPORT void *__libc_memalign(size_t alignment, size_t size) EXPORT_AS(memalign);
 LULL_EXPORT void *__libc_valloc(size_t size) EXPORT_AS(valloc);
 LULL_EXPORT void *__libc_pvalloc(size_t size) EXPORT_AS(pvalloc);
+/* cfree, glibc's old name of free: since glibc 2.26 only a compat symbol
+ * (cfree@GLIBC_2.2.5) that binaries built before then still call; an
+ * unversioned definition here matches their versioned reference. It was
+ * glibc's, which aborted on lull's block ("free(): invalid pointer"). */
+LULL_EXPORT void cfree(void *p) EXPORT_AS(lull_free);
 #endif

@@ -1111,6 +1111,7 @@ static bool lull_interface_symbol(const char *name) {
                                         "malloc_stats",
                                         "malloc_info",
                                         LIBC_NAMES,
+                                        "cfree",
                                         "execl",
                                         "execle",
                                         "execlp",

@@ -13,9 +13,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* cfree, glibc's old name of free: since glibc 2.26 only a compat symbol,
+ * which binaries built before then reach through a reference to
+ * cfree@GLIBC_2.2.5. This program makes the same reference. */
+void cfree_of_old_binaries(void *p);
+__asm__(".symver cfree_of_old_binaries, cfree@GLIBC_2.2.5");
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--bind-only")) return 0;
     const char *wrong = libc_names_mix();
+    char *old = malloc(100);
+    if (!wrong && !old) wrong = "malloc(100) failed";
+    if (!wrong) {
+        memset(old, 8, 100);
+        cfree_of_old_binaries(old); /* malloc's block, freed by the old name */
+    }
     if (wrong) {
         fprintf(stderr, "libc_names: %s\n", wrong);
         return 1;
