@@ -1,5 +1,6 @@
 /* Allocation-free reporting; see message.h. */
 #include "base/message.h"
+#include "base/no_cancel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,11 @@ static void write_message(const char *fmt, va_list ap) {
     size_t len = (size_t)n + (size_t)m;
     if (len > sizeof buf - 2) len = sizeof buf - 2;
     buf[len++] = '\n';
+    /* write(2) is a cancellation point, and a message may come with a
+     * lock held (numa_segment_prepare: the arena's) */
+    int cancel = lull_cancel_off();
     ssize_t w = write(STDERR_FILENO, buf, len);
+    lull_cancel_restore(cancel);
     (void)w;
 }
 

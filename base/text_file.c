@@ -1,5 +1,6 @@
 /* Small kernel text files; see text_file.h. */
 #include "base/text_file.h"
+#include "base/no_cancel.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -7,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int lull_read_text_file(const char *path, char *buf, size_t size) {
+static int read_text_file(const char *path, char *buf, size_t size) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
     size_t got = 0;
@@ -25,6 +26,15 @@ int lull_read_text_file(const char *path, char *buf, size_t size) {
     close(fd);
     buf[got] = '\0';
     return (int)got;
+}
+
+/* open, read and close are cancellation points: a cancelled caller would
+ * leave the descriptor open (and the start of the NUMA module half done) */
+int lull_read_text_file(const char *path, char *buf, size_t size) {
+    int cancel = lull_cancel_off();
+    int r = read_text_file(path, buf, size);
+    lull_cancel_restore(cancel);
+    return r;
 }
 
 const char *lull_parse_ulong(const char *s, unsigned long *out) {

@@ -18,6 +18,7 @@
 #include "src/heap.h"
 #include "src/profile.h"
 #include "base/message.h"
+#include "base/no_cancel.h"
 #include "base/os.h"
 #include "base/race.h"
 #include "src/size_class.h"
@@ -39,7 +40,10 @@ static LULL_FORK_EXEC_DATA _Atomic int init_state; /* 0 none, 1 running, 2 done 
 static LULL_FORK_EXEC_DATA _Atomic int modules_state;
 static __thread bool tl_starting_modules __attribute__((tls_model("initial-exec")));
 
+/* Cancellation off (base/no_cancel.h): a thread cancelled inside would leave
+ * "starting" (or the core's "initialising") for ever. */
 static void start_modules(void) {
+    int cancel = lull_cancel_off();
     tl_starting_modules = true;
     LULL_RACE_POINT(LULL_RACE_MODULE_START); /* a fork from another thread lands here */
     lull_modules_run(LULL_MODULE_START, 0);
@@ -50,6 +54,7 @@ static void start_modules(void) {
                  (int)getpid());
     tl_starting_modules = false;
     atomic_store_explicit(&modules_state, 3, memory_order_release);
+    lull_cancel_restore(cancel);
 }
 
 static void start_modules_if_put_off(void) {
@@ -76,6 +81,7 @@ bool lull_ensure_init(void) {
 static void init_core(void) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&init_state, &expected, 1)) {
+        int cancel = lull_cancel_off();       /* see start_modules */
         LULL_RACE_POINT(LULL_RACE_CORE_INIT); /* a fork from another thread lands here */
         lull_config_load();
         /* before the first heap: each heap samples from its creation */
@@ -88,6 +94,7 @@ static void init_core(void) {
         lull_arenas_init(1);
         lull_heaps_init();
         atomic_store_explicit(&init_state, 2, memory_order_release);
+        lull_cancel_restore(cancel);
         return;
     }
     /* another thread is initialising: it allocates nothing and takes no

@@ -20,6 +20,7 @@
  * allocation made there cannot wait for the lock it holds. */
 #define _GNU_SOURCE
 #include "src/profile.h"
+#include "base/no_cancel.h"
 #include "src/profile_math.h"
 #include "base/config.h"
 #include "base/module.h"
@@ -239,12 +240,7 @@ static int64_t rounded(double x) {
     return x <= 0 ? 0 : (int64_t)(x + 0.5);
 }
 
-int lull_profile_dump(const char *path) {
-    lull_modules_ensure_started(); /* a process that has not allocated through lull yet */
-    if (!lull_profile_interval_now() || !path) {
-        errno = EINVAL;
-        return -1;
-    }
+static int dump(const char *path) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return -1;
     bool was_inside = tl_in_profile;
@@ -280,6 +276,22 @@ int lull_profile_dump(const char *path) {
     }
     tl_in_profile = was_inside;
     if (rc != 0) errno = err;
+    return rc;
+}
+
+/* open, write and close are cancellation points: a cancelled caller left
+ * the descriptor open and the copy mapped (base/no_cancel.h) */
+int lull_profile_dump(const char *path) {
+    lull_modules_ensure_started(); /* a process that has not allocated through lull yet */
+    if (!lull_profile_interval_now() || !path) {
+        errno = EINVAL;
+        return -1;
+    }
+    int cancel = lull_cancel_off();
+    int rc = dump(path);
+    int err = errno;
+    lull_cancel_restore(cancel);
+    errno = err;
     return rc;
 }
 
