@@ -12,10 +12,9 @@
  * the arena's lock must be free. */
 #define _GNU_SOURCE
 #include "lull.h"
-#include "base/config.h"
 #include "numa/arena.h"
 #include "numa/bind.h"
-#include "numa/topology.h"
+#include "tests/support/numa_unbindable.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -41,22 +40,10 @@ static void *allocate_cancelled(void *arg) {
 }
 
 /* The segment hook (numa_segment_prepare) runs under the arena's lock; a
- * refused mbind is said once, with lull_message (write(2)). Two nodes are
- * injected on this host and the configuration binds to node 1, which the
- * kernel here does not have, as in test_numa_bind_errno.c. */
+ * refused mbind is said once, with lull_message (write(2)); one is made
+ * refused with tests/support/numa_unbindable.h. */
 Test(cancel_safety, a_thread_cancelled_while_its_malloc_maps_a_segment, .timeout = 60) {
-    lull_free(lull_malloc(16)); /* lull started: the segment hook is set */
-    cr_assert(lull_segment_prepare_hook == numa_segment_prepare,
-              "numa=local at start installs the segment hook");
-    struct numa_topology t;
-    memset(&t, 0, sizeof t);
-    t.cpu_count = 1;
-    t.cpu_node[0] = 0;
-    t.mem_total[0] = t.mem_total[1] = 1ull << 30;
-    t.mem_free[0] = t.mem_free[1] = 1ull << 29;
-    cr_assert_eq(numa_topology_inject(&t), 0);
-    lull_config.numa = LULL_NUMA_BIND;
-    lull_config.numa_nodes = 1ull << 1;
+    numa_bind_to_absent_node();
     struct numa_bind_stats before, after;
     numa_bind_stats(&before);
 

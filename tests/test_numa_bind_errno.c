@@ -12,10 +12,9 @@
  * host that has it skips the test): mbind fails with EINVAL. */
 #define _GNU_SOURCE
 #include "lull.h"
-#include "base/config.h"
 #include "numa/arena.h"
 #include "numa/bind.h"
-#include "numa/topology.h"
+#include "tests/support/numa_unbindable.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -27,19 +26,7 @@
 #define BLOCKS 16     /* of 8 MiB: 4 per 32 MiB segment at most */
 
 Test(numa_bind_errno, a_malloc_whose_segment_cannot_be_bound_keeps_errno) {
-    lull_free(lull_malloc(16)); /* lull started: the segment hook is set */
-    cr_assert(lull_segment_prepare_hook == numa_segment_prepare,
-              "numa=local at start installs the segment hook");
-    struct numa_topology t;
-    memset(&t, 0, sizeof t);
-    t.cpu_count = 1;
-    t.cpu_node[0] = 0;
-    t.mem_total[0] = t.mem_total[1] = 1ull << 30;
-    t.mem_free[0] = t.mem_free[1] = 1ull << 29;
-    cr_assert_eq(numa_topology_inject(&t), 0);
-    cr_assert_eq(numa_node_count(), 2);
-    lull_config.numa = LULL_NUMA_BIND;
-    lull_config.numa_nodes = 1ull << 1;
+    numa_bind_to_absent_node();
 
     struct numa_bind_stats before, after;
     numa_bind_stats(&before);
