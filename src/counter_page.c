@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #endif
 #include "src/counter_page.h"
+#include "base/no_cancel.h"
 #include "lull.h"
 #include "base/decimal.h"
 #include "base/fault.h"
@@ -688,9 +689,16 @@ LULL_FORK_EXEC_TEXT static bool gate_enter(void) {
     __atomic_fetch_add(&ending, 1, __ATOMIC_SEQ_CST);
     /* An open takes microseconds, with a stale page's check up to 0.1 s.
      * One stuck (its message blocked on a full stderr pipe) must not hold
-     * the exit: after a second the page, if any, is left to the sweeps. */
+     * the exit: after a second the page, if any, is left to the sweeps.
+     * Cancellation off while we sleep (only now: in a vfork child, which
+     * the pid check sent back, the state would be the parent thread's): a
+     * thread with a cancel pending was cancelled in the nanosleep, inside
+     * exit, _exit or exec, `ending` raised for good
+     * (tests/test_race_exit_cancel.c). */
+    int cancel = lull_cancel_off();
     for (int i = 0; i < 1000 && __atomic_load_n(&opening, __ATOMIC_SEQ_CST); i++)
         sleep_ms(1);
+    lull_cancel_restore(cancel);
     return true;
 }
 
