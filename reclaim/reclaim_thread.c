@@ -217,10 +217,9 @@ static const cpu_set_t *pinned_cpus(cpu_set_t *actual) {
     if (!lull_config.reclaim_cpus_set ||
         pthread_getaffinity_np(pthread_self(), sizeof *actual, actual) != 0)
         return NULL;
-    cpu_set_t outside;
-    CPU_XOR(&outside, actual, &lull_config.reclaim_cpus);
-    CPU_AND(&outside, &outside, actual);
-    return CPU_COUNT(&outside) == 0 ? actual : NULL;
+    cpu_set_t inside; /* pinned: every CPU it runs on is one of the set */
+    CPU_AND(&inside, actual, &lull_config.reclaim_cpus);
+    return CPU_EQUAL(&inside, actual) ? actual : NULL;
 }
 
 static void *reclaim_main(void *arg) {
