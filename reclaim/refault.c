@@ -1,4 +1,5 @@
 /* Refault monitor driving; see refault.h. Reclaim thread only. */
+#define _GNU_SOURCE /* strerrorname_np */
 #include "reclaim/refault.h"
 #include "numa/arena.h"
 #include "numa/slice_history.h"
@@ -10,6 +11,8 @@
 #include "base/fork_exec.h"
 #include "base/message.h"
 #include "base/race.h"
+
+#include <string.h>
 
 #define SCAN_EVERY_MS 50
 #define SCAN_REGIONS 64
@@ -47,6 +50,25 @@ void lull_refault_start(void) {
                  M.reason);
 }
 
+/* The monitor's kind, as another thread (the counter page) reads it: the
+ * reclaim thread may give the mechanism up at run time. */
+static refault_mechanism kind_now(void) {
+    return __atomic_load_n(&M.kind, __ATOMIC_RELAXED);
+}
+
+/* A register, arm or scan that fails now failed after the open proved it
+ * (a seccomp filter installed since, with TSYNC, denies the ioctl): left
+ * on, the page counts would stop (scans) or count unarmed pages as written
+ * (arms). The allocator's own accounting is kept all along: fall back to it
+ * for good, and say so. */
+static void lost(const char *what, long err) {
+    refault_mechanism was = M.kind;
+    refault_monitor_lost(&M, what);
+    const char *name = err ? strerrorname_np((int)-err) : NULL;
+    lull_message("refault monitor %s given up (%s: %s); counting reused purged slices",
+                 refault_mechanism_name(was), what, name ? name : "error");
+}
+
 /* Write-protect the purged free slices of a segment just registered. Only a
  * fork child has any: its copies of the parent's segments come without the
  * parent's registration and markers (no UFFD_FEATURE_EVENT_FORK), and an
@@ -67,7 +89,12 @@ static void arm_purged(lull_segment *s) {
             unsigned b = (unsigned)__builtin_ctzll(purged);
             uint64_t rest = ~(purged >> b);
             unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - b;
-            refault_arm(&M, lull_slice_address(s, w * 64 + b), (size_t)len << LULL_SLICE_SHIFT);
+            int e =
+                refault_arm(&M, lull_slice_address(s, w * 64 + b), (size_t)len << LULL_SLICE_SHIFT);
+            if (e < 0) {
+                lost("userfaultfd write-protect failed at run time", e);
+                return;
+            }
             purged &= ~lull_bits_mask(b, len);
         }
     }
@@ -78,7 +105,11 @@ static void arm_purged(lull_segment *s) {
  * scanned before the fork) were never armed here, and every page of them
  * reads as written: nothing to learn from them, so they are not scanned. */
 static bool register_segment(lull_segment *s) {
-    if (refault_register(&M, s, LULL_SEGMENT_SIZE) != 0) return false;
+    int e = refault_register(&M, s, LULL_SEGMENT_SIZE);
+    if (e < 0) {
+        lost("userfaultfd register failed at run time", e);
+        return false;
+    }
     atomic_store_explicit(&refault_of(s)->registered, 1, memory_order_relaxed);
     lull_slice_history *history = lull_slice_history_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
@@ -94,8 +125,9 @@ static void register_segments(void) {
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
              s; s = s->next)
-            if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed))
-                register_segment(s);
+            if (!atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed) &&
+                !register_segment(s))
+                return;
 }
 
 void lull_refault_after_purge(void *addr, size_t len) {
@@ -108,8 +140,11 @@ void lull_refault_after_purge(void *addr, size_t len) {
         register_segment(s);
     /* MADV_DONTNEED dropped the markers: protect again before the slices
      * can be handed out, so their next writes are seen */
-    if (atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed))
-        refault_arm(&M, addr, len);
+    if (M.kind == REFAULT_WP_ASYNC &&
+        atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed)) {
+        int e = refault_arm(&M, addr, len);
+        if (e < 0) lost("userfaultfd write-protect failed at run time", e);
+    }
 }
 
 static void record(uint64_t pages, uint32_t distance_ms) {
@@ -119,9 +154,15 @@ static void record(uint64_t pages, uint32_t distance_ms) {
                               memory_order_relaxed);
 }
 
-/* Slices taken again after a purge: how many of their pages are back. */
-static void scan_segment(lull_segment *s, uint32_t now) {
+/* Slices taken again after a purge: how many of their pages are back.
+ * False when the scan failed and the monitor was given up. */
+static bool scan_segment(lull_segment *s, uint32_t now) {
     struct page_region regions[SCAN_REGIONS];
+    /* a segment mapped since this tick's registration: not registered yet,
+     * and a scan of it would fail (EPERM) as if the monitor were lost */
+    if (M.kind == REFAULT_WP_ASYNC &&
+        !atomic_load_explicit(&refault_of(s)->registered, memory_order_relaxed))
+        return true;
     lull_slice_history *history = lull_slice_history_of(s);
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++) {
         uint64_t watch = atomic_load_explicit(&history->refault_watch[w], memory_order_relaxed);
@@ -147,7 +188,13 @@ static void scan_segment(lull_segment *s, uint32_t now) {
                 size_t pages = 0;
                 long r =
                     refault_scan(&M, (void *)at, end - at, regions, SCAN_REGIONS, false, &pages);
-                if (r < 0) break;
+                if (r < 0) {
+                    /* before: the walk stopped here, and every later scan
+                     * failed the same way, silently: refault_pages stood
+                     * still under a mechanism still reported working */
+                    lost("PAGEMAP_SCAN failed at run time", r);
+                    return false;
+                }
                 total += pages;
                 if (M.scan_end <= at || M.scan_end >= end) break;
                 at = M.scan_end;
@@ -156,6 +203,7 @@ static void scan_segment(lull_segment *s, uint32_t now) {
             got &= ~lull_bits_mask(b, len);
         }
     }
+    return true;
 }
 
 void lull_refault_tick(uint32_t now) {
@@ -167,7 +215,7 @@ void lull_refault_tick(uint32_t now) {
     for (int i = 0; i < lull_arena_count; i++)
         for (lull_segment *s = atomic_load_explicit(&lull_arenas[i].segments, memory_order_acquire);
              s; s = s->next)
-            scan_segment(s, now);
+            if (!scan_segment(s, now)) return;
 }
 
 /* The parent's descriptors are closed (they point at the parent's memory)
@@ -193,7 +241,7 @@ static bool counts_pages(refault_mechanism k) {
 }
 
 uint64_t lull_refault_pages_back(void) {
-    if (opened && counts_pages(M.kind))
+    if (opened && counts_pages(kind_now()))
         return atomic_load_explicit(&lull_refault_pages_seen, memory_order_relaxed);
     return atomic_load_explicit(&lull_the_policy.refaulted_slices, memory_order_relaxed) *
            LULL_PAGES_PER_SLICE;
@@ -202,7 +250,7 @@ uint64_t lull_refault_pages_back(void) {
 uint64_t lull_refault_fill_counters(struct lull_counters *out) {
     /* page-level figures where the kernel tells us; the allocator's own
      * slice-level count otherwise (16 pages a slice) */
-    refault_mechanism k = opened ? M.kind : REFAULT_ACCOUNTING;
+    refault_mechanism k = opened ? kind_now() : REFAULT_ACCOUNTING;
     out->refault_pages = lull_refault_pages_back();
     if (counts_pages(k)) {
         out->refault_distance_ms_sum = atomic_load_explicit(&distance_sum_ms, memory_order_relaxed);

@@ -299,6 +299,13 @@ LULL_FORK_EXEC_TEXT void refault_monitor_close(refault_monitor *m) {
     m->reason = "refault monitor closed";
 }
 
+void refault_monitor_lost(refault_monitor *m, const char *why) {
+    close_fd(&m->uffd);
+    close_fd(&m->pagemap);
+    m->reason = why;
+    __atomic_store_n(&m->kind, REFAULT_ACCOUNTING, __ATOMIC_RELAXED);
+}
+
 bool refault_monitor_after_fork_child(refault_monitor *m) {
     refault_mechanism best = m->kind == REFAULT_OFF ? REFAULT_OFF : m->best_allowed;
     /* The child's copies of the parent's descriptors: closing them only

@@ -26,7 +26,9 @@
  *                         does not map the zero page for them.
  *   REFAULT_ACCOUNTING    no PAGEMAP_SCAN (Linux 6.1): the allocator counts
  *                         reuse of purged slices itself; every call here is a
- *                         no-op and refault_scan() says -EOPNOTSUPP.
+ *                         no-op and refault_scan() says -EOPNOTSUPP. Also
+ *                         where a better mechanism stops working at run
+ *                         time (refault_monitor_lost).
  *   REFAULT_OFF           switched off by configuration.
  *
  * The userfaultfd is created least-privileged first: userfaultfd(2) with
@@ -175,6 +177,14 @@ const char *refault_mechanism_name(refault_mechanism k);
  * stay as they are (the kernel drops the registrations when the last
  * reference to the uffd goes). */
 void refault_monitor_close(refault_monitor *m);
+
+/* A register, arm or scan failed after the open had proved the mechanism
+ * (a seccomp filter installed since denies the ioctl, a descriptor lost):
+ * its page counts would stop, or count unarmed pages as written. Close the
+ * descriptors and fall back to REFAULT_ACCOUNTING for good, with why (static
+ * text) as the reason. kind is stored atomically: other threads read it
+ * (the counter page). */
+void refault_monitor_lost(refault_monitor *m, const char *why);
 
 /* In a child after fork(), before anything else uses the monitor: forget
  * the parent's descriptors (close the child's copies) and open again with

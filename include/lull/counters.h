@@ -130,7 +130,8 @@ enum lull_counters_refault {
     LULL_COUNTERS_REFAULT_UFFD_WP = 1,      /* userfaultfd WP_ASYNC + PAGEMAP_SCAN written bit */
     LULL_COUNTERS_REFAULT_PAGEMAP_SCAN = 2, /* PAGEMAP_SCAN PAGE_IS_PRESENT over purged ranges */
     LULL_COUNTERS_REFAULT_ACCOUNTING =
-        3, /* no PAGEMAP_SCAN: reuse of purged slices counted by the allocator (16 pages a slice) */
+        3, /* no PAGEMAP_SCAN (or the monitor's calls failed after start): reuse of purged
+            * slices counted by the allocator (16 pages a slice) */
     LULL_COUNTERS_REFAULT_COUNT = 4
 };
 
