@@ -140,7 +140,8 @@ static inline void purge_count_done(purge_backend *b, lull_backend_kind k, uint6
 
 /* A system call a mechanism made (*calls: its per_kind calls): counted
  * unless the run was not a purge (per_kind calls are the counter page's
- * purge_syscalls, the calls that carried purges; counted, each prefault of
+ * purge_syscalls, every call made to purge, retries after EAGAIN or EINTR
+ * and failed calls included: what purging cost; counted, each prefault of
  * the warm reserve added one with nothing purged,
  * tests/test_purged_pages_prefault.c). */
 static inline void purge_count_syscall(purge_backend *b, uint64_t *calls) {

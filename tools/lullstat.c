@@ -942,7 +942,8 @@ static void print_prom(const struct page *pg, const struct lull_counters *c) {
     for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
         printf("lull_purge_calls_total{%s,backend=\"%s\"} %" PRIu64 "\n", pid,
                lull_counters_backend_name((uint64_t)b), c->purge_calls[b]);
-    prom_head("purge_syscalls_total", "counter", "System calls that carried purges, by backend.");
+    prom_head("purge_syscalls_total", "counter",
+              "System calls made to purge (retries and failed calls included), by backend.");
     for (int b = 1; b < LULL_COUNTERS_BACKEND_COUNT; b++)
         printf("lull_purge_syscalls_total{%s,backend=\"%s\"} %" PRIu64 "\n", pid,
                lull_counters_backend_name((uint64_t)b), c->purge_syscalls[b]);

@@ -229,10 +229,13 @@ struct lull_counters {
     uint64_t reclaim_ticks;     /* count: reclaim thread ticks (wake-ups that did work) */
 
     /* Purging by backend, indexed by enum lull_counters_backend. A "call"
-     * is one purged range (one SQE, one iovec or one madvise); "syscalls"
-     * are the system calls that carried them (io_uring_enter,
-     * process_madvise, madvise), not those of the warm reserve's prefaults
-     * (MADV_POPULATE_WRITE: no purge). */
+     * is one range purged successfully (one SQE, one iovec or one madvise);
+     * "syscalls" are every system call made to purge (io_uring_enter,
+     * process_madvise, madvise): the kernel entries purging cost, so a call
+     * retried after EAGAIN or EINTR counts each time, and a call that failed
+     * counts too (its ranges are in purge_errors, or redone on a lower
+     * backend and counted there again); not those of the warm reserve's
+     * prefaults (MADV_POPULATE_WRITE: no purge). */
     uint64_t purge_calls[LULL_COUNTERS_BACKEND_COUNT];    /* count */
     uint64_t purge_bytes[LULL_COUNTERS_BACKEND_COUNT];    /* count */
     uint64_t purge_syscalls[LULL_COUNTERS_BACKEND_COUNT]; /* count */
