@@ -23,8 +23,9 @@
 
 /* Where mappings are placed: the next 32 MiB boundary to try, and the
  * region's bounds if the hint starts over at `lo` when it passes `hi` (hi 0:
- * it never does). Hints never come back otherwise, and one past the
- * address space's end fails with ENOMEM (a limit, to huge.c). */
+ * it never does). Hints never come back otherwise, but for the boundaries
+ * of a mapping the kernel refused with ENOMEM (a limit, to huge.c; also
+ * one past the address space's end), which the next mapping tries again. */
 typedef struct placement {
     _Atomic uintptr_t next;
     uintptr_t lo, hi;
@@ -112,16 +113,16 @@ static const int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 static void *map_at_next_boundary(placement *place, size_t len, size_t range, int attempts,
                                   size_t align, size_t at) {
     for (int attempt = 0; attempt < attempts; attempt++) {
-        uintptr_t hint = atomic_fetch_add(&place->next, range);
-        if (place->hi && hint + range > place->hi) {
+        uintptr_t taken = atomic_fetch_add(&place->next, range);
+        if (place->hi && taken + range > place->hi) {
             /* past the region: start over (a thread that raced this one
              * past it starts over too, and one of the two finds the first
              * boundary taken) */
-            uintptr_t expected = hint + range;
+            uintptr_t expected = taken + range;
             atomic_compare_exchange_strong(&place->next, &expected, place->lo + range);
-            hint = place->lo;
+            taken = place->lo;
         }
-        hint = align_up(hint + at, align) - at;
+        uintptr_t hint = align_up(taken + at, align) - at;
         void *p = mmap((void *)hint, len, map_prot, map_flags | MAP_FIXED_NOREPLACE, -1, 0);
         if (p == (void *)hint) return p;
         if (p != MAP_FAILED) {
@@ -133,8 +134,18 @@ static void *map_at_next_boundary(placement *place, size_t len, size_t range, in
         /* ENOMEM: an address space limit, or a range past the end of the
          * address space (a block of a TiB or more, from a boundary near the
          * region's top): the caller's mapping anywhere answers both, and
-         * fails too under the limit */
-        if (errno == ENOMEM) break;
+         * fails too under the limit. The boundaries go back to the hint
+         * (unless another thread took later ones meanwhile): kept, each
+         * malloc refused at a limit left a hole in the segments' region,
+         * the segment run ended at the first (base/segment_map.h: every
+         * later segment was freed through the map), and a program that
+         * retried walked the hint into the huge blocks' region
+         * (tests/test_segment_run_enomem.c) */
+        if (errno == ENOMEM) {
+            uintptr_t expected = taken + range;
+            atomic_compare_exchange_strong(&place->next, &expected, taken);
+            break;
+        }
         if (errno != EEXIST) {
             errno = ENOMEM;
             return NULL;
