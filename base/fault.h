@@ -45,7 +45,8 @@ static inline bool lull_fault(lull_fault_point p) {
 void lull_fault_arm(lull_fault_point p, int n);
 /* Parse "name[:count],name..." (names: mmap, uring_setup, uring_submit,
  * uring_cqe, process_madvise, uffd, pagemap_scan, shm_open, thread_create,
- * numa, collapse). */
+ * numa, collapse; no count: -1). An item with another name or a count that
+ * is not a number from -1 up arms nothing and gets one message. */
 void lull_fault_parse(const char *spec);
 
 #endif
