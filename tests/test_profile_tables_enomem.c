@@ -10,23 +10,13 @@
 #include "lull.h"
 #include "src/profile.h"
 
+#include "tests/support/mem_check.h"
+
 #include <criterion/criterion.h>
-#include <stdio.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
-
-static size_t vm_bytes(void) {
-    long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
-}
 
 Test(profile_tables_enomem, a_sample_refused_its_tables_holds_none_of_them) {
     lull_set_purge_delay_ms(-1); /* no reclaim work meanwhile */

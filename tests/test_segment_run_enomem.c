@@ -9,26 +9,16 @@
 #include "lull.h"
 #include "base/segment_map.h"
 
+#include "tests/support/mem_check.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
 #define HELD 64
 #define REFUSED 8
-
-static size_t vm_bytes(void) {
-    long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
-}
 
 Test(segment_run_enomem, a_segment_refused_at_a_limit_leaves_no_hole_in_the_run) {
     lull_set_purge_delay_ms(-1); /* no purges, no reclaim work meanwhile */

@@ -97,6 +97,16 @@ __attribute__((unused)) static size_t rss_bytes(void) {
     return rss;
 }
 
+/* Address space of this process in bytes (the size field of
+ * /proc/self/statm, what RLIMIT_AS bounds), read without stdio: no
+ * allocation, also under the limit being tested; 0 if it cannot be read. */
+__attribute__((unused)) static size_t vm_bytes(void) {
+    char buf[128];
+    unsigned long size;
+    if (!read_proc("/proc/self/statm", buf, sizeof buf) || sscanf(buf, "%lu", &size) != 1) return 0;
+    return (size_t)size * (size_t)sysconf(_SC_PAGESIZE);
+}
+
 /* The content pattern of a block: the first 256 bytes, one byte in every
  * 4 KiB page and the last byte, each derived from the block's address, a
  * seed and the offset. Every page is written, so a purge of a live block is
