@@ -16,8 +16,10 @@ void *lull_os_segment_map(void);
  * own (the next free boundaries of the huge blocks' range, above the
  * segments'), with its start plus `at` a multiple of `align` (a power of
  * two, 32 MiB or more: a block aligned past a segment). NULL with errno
- * EEXIST when that range has no room (the caller then maps with slack),
- * ENOMEM at a limit. */
+ * EEXIST when that range has no room or the kernel refused it (ENOMEM: a
+ * limit, or past the address space's end): the caller then maps with
+ * slack, which fails too at a limit. ENOMEM for a size past
+ * LULL_MAX_ALLOC or any other error. */
 void *lull_os_huge_map_aligned(size_t len, size_t align, size_t at);
 /* A mapping of len bytes for a huge block (the caller places its aligned
  * header inside; the slack around it is address space only, never touched).

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "lull.h"
 #include "reclaim/reclaim.h"
+#include "tests/support/mem_check.h"
 #include "tests/support/reclaim_hold.h"
 #include "tests/support/timing.h"
 
@@ -25,16 +26,6 @@
 #define HELD_MS 300
 
 static atomic_int malloc_starting;
-
-static size_t vm_bytes(void) {
-    long size = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &size) != 1) size = 0;
-        fclose(f);
-    }
-    return (size_t)size * (size_t)sysconf(_SC_PAGESIZE);
-}
 
 /* lets the reclaim thread go HELD_MS after the malloc started */
 static void *releaser(void *arg) {
