@@ -426,7 +426,7 @@ static int64_t mono_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static bool wait_for_tick(uint32_t seq, long timeout_ms) {
+static bool futex_wait_for_tick(uint32_t seq, long timeout_ms) {
     int64_t until = timeout_ms >= 0 ? mono_ns() + (int64_t)timeout_ms * 1000000 : 0;
     for (;;) {
         uint32_t done = atomic_load_explicit(&R.done_seq, memory_order_acquire);
@@ -439,6 +439,17 @@ static bool wait_for_tick(uint32_t seq, long timeout_ms) {
         }
         futex(&R.done_seq, FUTEX_WAIT_PRIVATE, done, &t);
     }
+}
+
+/* The futex's ETIMEDOUT (every 50 ms poll), EAGAIN and EINTR are how a
+ * wait goes, no error of the caller's, whose errno stays: a malloc_trim()
+ * returned with errno ETIMEDOUT
+ * (glibc_malloc.malloc_trim_leaves_errno_as_it_was). */
+static bool wait_for_tick(uint32_t seq, long timeout_ms) {
+    int saved = errno;
+    bool done = futex_wait_for_tick(seq, timeout_ms);
+    errno = saved;
+    return done;
 }
 
 /* A deferred thread starts now; one a fork child's other thread is

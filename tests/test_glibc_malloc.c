@@ -8,12 +8,16 @@
 #include "lull.h"
 #include "lull/counters.h"
 #include "tests/support/mem_check.h"
+#include "tests/support/reclaim_hold.h"
 #include "tests/support/reexec.h"
+#include "tests/support/timing.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +140,54 @@ Test(glibc_malloc, malloc_trim_gives_back_freed_memory_and_says_so) {
     expect_identity(&m1, "after the trim");
     r = trim(0);
     cr_expect_eq(r, 0, "a second malloc_trim(0), nothing freed since, returned %d", r);
+}
+
+/* malloc_trim() leaves errno as its caller had it, as glibc's does: its
+ * wait for the reclaim thread's purge is a futex wait polled every 50 ms,
+ * and each poll that timed out set errno to ETIMEDOUT (EAGAIN when the
+ * tick ended just before one). Made deterministic with the reclaim thread
+ * held in its tick (tests/support/reclaim_hold.h): the trim's wait cannot
+ * end until it is let go, which is once the trimming thread has gone to
+ * sleep three times (its voluntary context switches), so at least two of
+ * its sleeps ended with no tick done, by their own bound. */
+static _Atomic pid_t trimmer_tid;
+
+static void *trim_keeping_errno(void *arg) {
+    (void)arg;
+    trimmer_tid = gettid();
+    errno = EDOM;
+    trim(0);
+    return (void *)(intptr_t)errno;
+}
+
+static long voluntary_switches(pid_t tid) {
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *f = fopen(path, "r");
+    long n = -1;
+    if (!f) return n;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+Test(glibc_malloc, malloc_trim_leaves_errno_as_it_was) {
+    if (!lull_reclaim_now()) cr_skip_test("no reclaim thread: the trim waits for nothing");
+    cr_assert(reclaim_hold(), "the reclaim thread was not held");
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, trim_keeping_errno, NULL), 0);
+    while (!trimmer_tid)
+        sleep_ms(1);
+    long start = voluntary_switches(trimmer_tid);
+    cr_assert_geq(start, 0, "no /proc/self/task/%d/status", (int)trimmer_tid);
+    while (voluntary_switches(trimmer_tid) < start + 3)
+        sleep_ms(1);
+    cr_assert(reclaim_release());
+    void *err;
+    cr_assert_eq(pthread_join(t, &err), 0);
+    cr_expect_eq((int)(intptr_t)err, EDOM, "errno %d (%s) after malloc_trim(0)", (int)(intptr_t)err,
+                 strerror((int)(intptr_t)err));
 }
 
 /* With no reclaim thread (its start failed: LULL_FAULT=thread_create, in a
