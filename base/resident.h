@@ -16,7 +16,7 @@
  * Invariant: the estimate grows only with lull_resident_try_grow(), which
  * never takes it past the limit, at the few places where lull takes memory
  * that was not resident: a span taking purged slices (numa/slice_state.c),
- * a new segment's header (numa/arena.c checks the room first), a huge block
+ * a new segment's header (numa/arena.c, before it maps one), a huge block
  * mapped, grown, or taken back purged from the cache (numa/huge.c,
  * reclaim/huge_cache.c), the warm reserve's prefault (reclaim/warm_reserve.c).
  * Two additions are not checked, and may pass it: a thread's heap (a thread

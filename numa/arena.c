@@ -64,9 +64,22 @@ void lull_arenas_init(int nodes) {
     lull_arena_count = nodes;
 }
 
-static lull_segment *segment_create(lull_arena *a) {
+/* A new segment, or NULL: no address space, or (*over) no room under the
+ * heap limit for its header. The header is resident from the mapping on,
+ * so it joins the estimate in one step that refuses to pass the limit
+ * (base/resident.h): the callers' check of the room, then a count without
+ * one, let another thread's growth in between (a huge block, the warm
+ * reserve, another node's arena, none of which takes this arena's lock)
+ * pass the limit by the header (tests/test_limit_segment_header.c). */
+static lull_segment *segment_create(lull_arena *a, bool *over) {
+    uint64_t header = (uint64_t)LULL_META_SLICES << LULL_SLICE_SHIFT;
+    *over = !lull_resident_try_grow(header);
+    if (*over) return NULL;
     lull_segment *s = lull_os_segment_map();
-    if (!s) return NULL;
+    if (!s) {
+        lull_resident_sub(header);
+        return NULL;
+    }
     if (lull_segment_prepare_hook) lull_segment_prepare_hook(s, LULL_SEGMENT_SIZE, a->node);
     /* fresh anonymous memory is zero: only non-zero fields are written */
     s->magic = LULL_SEGMENT_MAGIC;
@@ -265,8 +278,10 @@ again:
     /* a new segment: its header and the span must fit under the limit */
     if (lull_resident_room() < ((uint64_t)LULL_META_SLICES + n) << LULL_SLICE_SHIFT)
         goto over_limit;
-    lull_segment *s = segment_create(a);
+    bool no_room;
+    lull_segment *s = segment_create(a, &no_room);
     if (!s) {
+        if (no_room) goto over_limit; /* the room was taken since the check */
         pthread_mutex_unlock(&a->lock);
         errno = ENOMEM;
         return NULL;
@@ -577,7 +592,8 @@ bool lull_arena_add_spare_segment(lull_arena *a) {
     /* its header is resident: not past the heap limit */
     if (lull_resident_room() < (uint64_t)LULL_META_SLICES << LULL_SLICE_SHIFT) return false;
     pthread_mutex_lock(&a->lock);
-    lull_segment *s = segment_create(a);
+    bool no_room;
+    lull_segment *s = segment_create(a, &no_room);
     pthread_mutex_unlock(&a->lock);
     return s != NULL;
 }

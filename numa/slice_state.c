@@ -38,7 +38,6 @@ void lull_slices_init_segment(lull_segment *s) {
     for (unsigned w = 0; w < LULL_SLICE_WORDS; w++)
         atomic_store_explicit(&m->clean[w], ~(uint64_t)0, memory_order_relaxed);
     atomic_fetch_and(&m->clean[0], ~(uint64_t)((1u << LULL_META_SLICES) - 1));
-    lull_resident_add((uint64_t)LULL_META_SLICES * LULL_SLICE_SIZE);
 }
 
 /* clean slices taken to IN_USE so far (lull_slices_fresh_taken) */

@@ -66,8 +66,8 @@ uint64_t lull_slices_free_word(const lull_segment *s, unsigned w);
 
 /* Request side (arena mutex held) ------------------------------------- */
 
-/* A new segment: every slice but the metadata's FREE_CLEAN (the header
- * joins the resident estimate, base/resident.h). */
+/* A new segment: every slice but the metadata's FREE_CLEAN (its creator
+ * counted the header in the resident estimate already, base/resident.h). */
 void lull_slices_init_segment(lull_segment *s);
 typedef enum {
     LULL_TAKE_OK,
