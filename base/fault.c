@@ -10,7 +10,7 @@ _Atomic int lull_fault_armed[LULL_FAULT_COUNT];
 
 static const char *const fault_names[LULL_FAULT_COUNT] = {
     "mmap",         "uring_setup", "uring_submit",  "uring_cqe", "process_madvise", "uffd",
-    "pagemap_scan", "shm_open",    "thread_create", "numa",      "collapse",
+    "pagemap_scan", "shm_open",    "thread_create", "numa",      "collapse",        "purge_nomem",
 };
 
 void lull_fault_arm(lull_fault_point p, int n) {

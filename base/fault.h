@@ -21,6 +21,9 @@ typedef enum {
     LULL_FAULT_THREAD_CREATE, /* reclaim thread cannot start */
     LULL_FAULT_NUMA,          /* libnuma missing */
     LULL_FAULT_COLLAPSE,      /* MADV_COLLAPSE fails (EAGAIN) */
+    /* a purge's kernel call (an io_uring completion, a process_madvise or
+     * a madvise) fails with ENOMEM, as when the kernel is short of memory */
+    LULL_FAULT_PURGE_NOMEM,
     LULL_FAULT_COUNT
 } lull_fault_point;
 
@@ -45,8 +48,9 @@ static inline bool lull_fault(lull_fault_point p) {
 void lull_fault_arm(lull_fault_point p, int n);
 /* Parse "name[:count],name..." (names: mmap, uring_setup, uring_submit,
  * uring_cqe, process_madvise, uffd, pagemap_scan, shm_open, thread_create,
- * numa, collapse; no count: -1). An item with another name or a count that
- * is not a number from -1 up arms nothing and gets one message. */
+ * numa, collapse, purge_nomem; no count: -1). An item with another name or
+ * a count that is not a number from -1 up arms nothing and gets one
+ * message. */
 void lull_fault_parse(const char *spec);
 
 #endif

@@ -27,6 +27,7 @@
 static long pm_call(purge_backend *b, const struct iovec *iov, size_t cnt, int advice) {
     purge_count_syscall(b, &b->per_kind[LULL_BACKEND_PROCESS_MADVISE].calls);
     if (lull_fault(LULL_FAULT_PROCESS_MADVISE)) return -EINVAL; /* as a kernel before 6.13 */
+    if (lull_fault(LULL_FAULT_PURGE_NOMEM)) return -ENOMEM;     /* the kernel short of memory */
     long ret = syscall(SYS_process_madvise, b->pidfd, iov, cnt, advice, 0u);
     return ret < 0 ? -errno : ret;
 }
@@ -90,7 +91,7 @@ size_t purge_pm_run(purge_backend *b, const purge_range *r, size_t n, int advice
         res[i] = purge_madvise_one(b, &r[i], advice);
         if (res[i] == 0) {
             ok++;
-            if (!purge_err_transient(perr))
+            if (purge_err_blames_mechanism(perr))
                 purge_degrade(b, LULL_BACKEND_PROCESS_MADVISE, "process_madvise failed at run time",
                               -perr);
         }

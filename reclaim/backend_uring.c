@@ -25,6 +25,7 @@ static unsigned reap(purge_backend *b, const purge_range *r, size_t n, int *res)
         uint64_t i = io_uring_cqe_get_data64(cqe);
         int v = cqe->res;
         if (lull_fault(LULL_FAULT_URING_CQE)) v = -EOPNOTSUPP;
+        if (v == 0 && lull_fault(LULL_FAULT_PURGE_NOMEM)) v = -ENOMEM;
         if (i < n) {
             res[i] = v;
             if (v == 0) purge_count_done(b, LULL_BACKEND_URING, 1, r[i].len);
@@ -189,7 +190,7 @@ size_t purge_uring_run(purge_backend *b, const purge_range *r, size_t n, int adv
     int blame = 0;
     for (size_t j = 0; j < m; j++) {
         int was = res[at[j]];
-        if (was < 0 && rres[j] == 0 && !purge_err_transient(was)) blame = was;
+        if (was < 0 && rres[j] == 0 && purge_err_blames_mechanism(was)) blame = was;
         res[at[j]] = rres[j];
         ok += rres[j] == 0;
     }

@@ -13,9 +13,10 @@
  * Opening probes each mechanism with a harmless call on a scratch page and
  * settles on the best one that works. A mechanism that fails at run time
  * (submit error, or a completion that fails where the next mechanism
- * succeeds) is dropped for good: the failed ranges are redone on the next
- * mechanism in the same call, so no range is left unpurged silently, and the
- * reason is kept in fallback_reason.
+ * succeeds, unless with EAGAIN, EINTR or ENOMEM: purge_err_blames_mechanism)
+ * is dropped for good: the failed ranges are redone on the next mechanism
+ * in the same call, so no range is left unpurged silently, and the reason
+ * is kept in fallback_reason.
  *
  * Nothing here allocates: the state is one fixed-size struct, buffers live
  * on the stack (purge_backend_run needs about 17 KiB of it) and the ring is
@@ -176,6 +177,17 @@ void purge_set_reason(purge_backend *b, const char *what, int err);
 /* Errors that say nothing about the mechanism (try again later). */
 static inline bool purge_err_transient(int err) {
     return err == -EINTR || err == -EAGAIN;
+}
+/* Does a range that failed with err on a mechanism, and that the next one
+ * down then purged, show the mechanism at fault (and so give it up)? Not
+ * a transient error, nor ENOMEM: IORING_OP_MADVISE and process_madvise
+ * run the kernel's do_madvise, as madvise(2) does, so their ENOMEM is
+ * madvise's: a range not mapped (which the redo reports again) or the
+ * kernel short of memory for a moment (a MADV_POPULATE_WRITE of the warm
+ * reserve under memory pressure). A short spell of it gave io_uring up
+ * for good (tests/test_backend.c, *_enomem_keeps_*). */
+static inline bool purge_err_blames_mechanism(int err) {
+    return !purge_err_transient(err) && err != -ENOMEM;
 }
 
 #endif

@@ -372,6 +372,63 @@ Test(backend, process_madvise_failure_mid_run_purges_everything) {
     purge_backend_close(&b);
 }
 
+/* ENOMEM from a mechanism is madvise's own (the kernel short of memory for
+ * a moment, or a range not mapped): the range is redone one level down,
+ * and the mechanism kept. A short spell of memory pressure gave io_uring
+ * (or process_madvise) up for good, counted as a fallback. */
+static void check_enomem_keeps(lull_backend_kind want) {
+    purge_backend b;
+    open_forced(&b, want);
+    const size_t each = 64 * 1024, len = MANY * each;
+    char *p = map_touched(len);
+    static purge_range r[MANY];
+    static int res[MANY];
+    split(r, p, len, each);
+    lull_fault_arm(LULL_FAULT_PURGE_NOMEM, 1); /* the first range's call fails */
+    cr_assert_eq(purge_backend_run(&b, r, MANY, MADV_DONTNEED, res), MANY);
+    check_all_purged(p, len, res, MANY);
+
+    cr_assert_eq(purge_backend_kind(&b), want, "%s given up for an ENOMEM: %s",
+                 purge_backend_name(want), b.fallback_reason);
+    cr_assert_eq(b.fallbacks, 0);
+    cr_assert_str_empty(b.fallback_reason);
+    cr_assert_eq(b.redone, 1, "the failed range is redone one level down");
+    cr_assert_eq(b.per_kind[want].ranges, MANY - 1);
+    cr_assert_eq(total_ranges(&b), MANY);
+    cr_assert_eq(b.errors, 0);
+    purge_backend_close(&b);
+    munmap(p, len);
+}
+
+Test(backend, uring_enomem_keeps_uring) {
+    check_enomem_keeps(LULL_BACKEND_URING);
+}
+Test(backend, process_madvise_enomem_keeps_process_madvise) {
+    check_enomem_keeps(LULL_BACKEND_PROCESS_MADVISE);
+}
+
+/* ENOMEM on every mechanism, madvise too: an error of the range, counted,
+ * and no mechanism given up. */
+Test(backend, enomem_everywhere_is_a_range_error) {
+    purge_backend b;
+    open_forced(&b, LULL_BACKEND_URING);
+    char *p = map_touched(4 * MiB);
+    purge_range r[2];
+    int res[2];
+    split(r, p, 4 * MiB, 2 * MiB);
+    lull_fault_arm(LULL_FAULT_PURGE_NOMEM, -1);
+    size_t ok = purge_backend_run(&b, r, 2, MADV_DONTNEED, res);
+    lull_fault_arm(LULL_FAULT_PURGE_NOMEM, 0);
+    cr_assert_eq(ok, 0);
+    cr_assert_eq(res[0], -ENOMEM);
+    cr_assert_eq(res[1], -ENOMEM);
+    cr_assert_eq(b.errors, 2);
+    cr_assert_eq(purge_backend_kind(&b), LULL_BACKEND_URING, "%s", b.fallback_reason);
+    cr_assert_eq(b.fallbacks, 0);
+    purge_backend_close(&b);
+    munmap(p, 4 * MiB);
+}
+
 static void *run_elsewhere(void *arg) {
     purge_backend *b = arg;
     char *p = map_touched(4 * MiB);
