@@ -88,7 +88,8 @@ LULL_EXPORT bool lull_reclaim_now(void);
  * (unmapped). Valkey's MEMORY PURGE, jemalloc's arena.<i>.purge. Other
  * threads' cached free memory stays theirs. The reclaim thread does the
  * work; when there is none (it could not start), the caller does. Any
- * thread, any number at once. */
+ * thread, any number at once. Leaves errno as it was (a purge the kernel
+ * refuses is counted in purge_errors). */
 LULL_EXPORT void lull_purge_all(void);
 
 /* Give this thread's cached free memory back to its arena (it stays mapped

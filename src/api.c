@@ -36,10 +36,17 @@ LULL_EXPORT void lull_thread_collect(void) {
 }
 
 LULL_EXPORT void lull_purge_all(void) {
+    /* a purge the kernel refuses is counted (purge_errors), no error of
+     * the caller's, whose errno stays, as malloc_trim's must: with no
+     * reclaim thread the caller purges, and a refused madvise's ENOMEM
+     * came back in its errno
+     * (glibc_malloc.malloc_trim_on_its_caller_leaves_errno_as_it_was) */
+    int saved = errno;
     /* this thread's kept spans and held remote frees first: what the purge
      * can reach is what lies in the arenas and the huge cache */
     lull_thread_collect();
     lull_reclaim_purge_all();
+    errno = saved;
 }
 
 LULL_EXPORT int lull_thread_set_node(int node) {

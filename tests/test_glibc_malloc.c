@@ -211,8 +211,29 @@ static void trim_on_the_caller(void) {
     _exit(0);
 }
 
+/* The same trim, every purge refused (LULL_FAULT=purge_nomem: madvise
+ * fails with ENOMEM): the refusals are counted, and errno stays. */
+static void trim_on_the_caller_refused(void) {
+    char *large = lull_malloc(LARGE_SIZE);
+    if (!large) _exit(3);
+    memset(large, 1, LARGE_SIZE);
+    if (lull_reclaim_now()) _exit(4);
+    lull_free(large);
+    struct lull_counters c0, c1;
+    if (lull_stats(&c0) != 0) _exit(5);
+    errno = EDOM;
+    trim(0);
+    int err = errno;
+    if (lull_stats(&c1) != 0) _exit(5);
+    printf("errno=%d\nrefused=%llu\n", err,
+           (unsigned long long)(c1.purge_errors - c0.purge_errors));
+    fflush(stdout);
+    _exit(0);
+}
+
 __attribute__((constructor(200))) static void child(void) {
     if (getenv("LULL_TEST_TRIM_CALLER")) trim_on_the_caller();
+    if (getenv("LULL_TEST_TRIM_CALLER_REFUSED")) trim_on_the_caller_refused();
 }
 
 Test(glibc_malloc, malloc_trim_without_a_reclaim_thread_purges_on_its_caller, .timeout = 120) {
@@ -227,6 +248,20 @@ Test(glibc_malloc, malloc_trim_without_a_reclaim_thread_purges_on_its_caller, .t
     uint64_t before = reexec_field(&cr, "rss_before"), after = reexec_field(&cr, "rss_after");
     cr_expect_leq(after + LARGE_SIZE + HUGE_SIZE * 9 / 10, before, "RSS %llu KiB -> %llu KiB",
                   (unsigned long long)before >> 10, (unsigned long long)after >> 10);
+}
+
+/* With no reclaim thread the trim's caller purges, and a madvise the
+ * kernel refuses sets its errno: malloc_trim(0) returned with the purge's
+ * ENOMEM (or EINVAL) in errno. */
+Test(glibc_malloc, malloc_trim_on_its_caller_leaves_errno_as_it_was, .timeout = 120) {
+    const char *vars[] = {"LULL_TEST_TRIM_CALLER_REFUSED=1", "LULL_FAULT=thread_create,purge_nomem",
+                          "LULL_CONF=warm_reserve_mb=0,refault_monitor=off", NULL};
+    child_run cr;
+    reexec_run("test_glibc_malloc", vars, "refused trim on the caller", 60000, &cr);
+    reexec_assert_exited_0(&cr, "refused trim on the caller");
+    cr_assert_gt(reexec_field(&cr, "refused"), 0, "no purge was refused: %s", cr.out);
+    int err = (int)reexec_field(&cr, "errno");
+    cr_expect_eq(err, EDOM, "errno %d (%s) after malloc_trim(0)", err, strerror(err));
 }
 
 /* The pad is no bound on what goes (lull.h says why). Read in lull's own
