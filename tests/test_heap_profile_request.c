@@ -41,6 +41,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -220,6 +221,11 @@ struct run {
     char err[4096];
 };
 
+/* Files lullstat writes may grow to this many bytes (RLIMIT_FSIZE, its
+ * SIGXFSZ ignored: a write past it fails with EFBIG, as on a full disk);
+ * 0: no limit. */
+static rlim_t lullstat_file_limit;
+
 static struct run *run_lullstat(const char *const *args) {
     static struct run r;
     int out = memfd_create("lullstat-out", MFD_CLOEXEC);
@@ -237,6 +243,11 @@ static struct run *run_lullstat(const char *const *args) {
     if (pid == 0) {
         dup2(out, 1);
         dup2(err, 2);
+        if (lullstat_file_limit) {
+            struct rlimit lim = {lullstat_file_limit, lullstat_file_limit};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &lim);
+        }
         execv(lullstat_path(), (char *const *)argv);
         _exit(121);
     }
@@ -374,6 +385,68 @@ Test(heap_profile_request, a_profile_swapped_for_a_link_is_not_moved) {
     close(fd);
     cr_assert_str_eq(text, "victim\n");
     cr_assert(kid_alive(&k));
+    cr_assert_eq(kid_end(&k), 0);
+}
+
+/* A text file's content, "" if it cannot be read. */
+static const char *file_text(const char *path, char *buf, size_t len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, buf, len - 1) : -1;
+    buf[got > 0 ? got : 0] = '\0';
+    if (fd >= 0) close(fd);
+    return buf;
+}
+
+static void write_text(const char *path, const char *text, mode_t mode) {
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, mode);
+    cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    cr_assert_eq(fchmod(fd, mode), 0);
+    close(fd);
+}
+
+/* FILE on another file system than /dev/shm (the profile is copied) that
+ * is a hard link to another file, mode 0644: the profile replaces the name
+ * FILE, as the rename on one file system does. The copy opened FILE with
+ * O_TRUNC and wrote through it: the other name's file was overwritten
+ * with the profile, which kept mode 0644. Session 29's review. */
+Test(heap_profile_request, a_copied_profile_replaces_a_hard_link) {
+    struct kid k;
+    kid_serve(&k, true);
+    char file[128], other[128], text[64];
+    tmp_file(file, sizeof file, "linked.pb.gz");
+    tmp_file(other, sizeof other, "other");
+    write_text(other, "other\n", 0644);
+    cr_assert_eq(link(other, file), 0, "link: %s", strerror(errno));
+    struct run *r = LULLSTAT("--heap-profile", k.pid_text, file);
+    cr_assert_eq(r->status, LS_OK, "status %d, stderr: %s", r->status, r->err);
+    cr_assert_str_eq(file_text(other, text, sizeof text), "other\n",
+                     "the profile was written through the hard link FILE");
+    assert_profile(file);
+    cr_assert_eq(kid_end(&k), 0);
+}
+
+/* A profile that cannot be written to FILE (a full disk; here a file size
+ * limit: the same failed write) leaves what FILE held as it was, and the
+ * process's profile in /dev/shm for the next try. The copy truncated FILE,
+ * failed, and removed it: an earlier profile there was lost. */
+Test(heap_profile_request, a_failed_copy_leaves_the_file_alone) {
+    struct kid k;
+    kid_serve(&k, true);
+    char file[128], text[64], path[300];
+    tmp_file(file, sizeof file, "earlier.pb.gz");
+    write_text(file, "earlier profile\n", 0600);
+    lullstat_file_limit = 20; /* a profile is hundreds of bytes */
+    struct run *r = LULLSTAT("--heap-profile", k.pid_text, file);
+    lullstat_file_limit = 0;
+    cr_assert_eq(r->status, LS_FAIL, "status %d, stderr: %s", r->status, r->err);
+    cr_assert_str_eq(file_text(file, text, sizeof text), "earlier profile\n",
+                     "a failed copy changed FILE; stderr: %s", r->err);
+    cr_assert(exists(profile_path(path, sizeof path, &k)), "the profile was not kept in /dev/shm");
+    /* the next try, without the limit, moves it */
+    r = LULLSTAT("--heap-profile", k.pid_text, file);
+    cr_assert_eq(r->status, LS_OK, "status %d, stderr: %s", r->status, r->err);
+    assert_profile(file);
     cr_assert_eq(kid_end(&k), 0);
 }
 

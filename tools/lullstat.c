@@ -1453,15 +1453,24 @@ static int check_destination(const char *file) {
     return EX_OK;
 }
 
-/* Copy src (open) to dst; 0 or an errno. */
+/* Copy src (open) to dst; 0 or an errno. The copy goes into a new file
+ * of its own next to dst (O_EXCL, mode 0600), which is then renamed over
+ * dst, as a rename from /dev/shm replaces it: dst is never opened, so a
+ * hard link at dst keeps the file it shares (opened with O_TRUNC, that
+ * file was overwritten, and kept its mode: 0644 for a profile said to be
+ * 0600), and a copy that fails (a full disk) leaves dst as it was (it was
+ * truncated, then removed). */
 static int copy_file(int src, const char *dst) {
-    /* not through a link: one in the destination's place may be another
-     * user's (a shared directory), or what take_profile removed */
-    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    char tmp[PATH_MAX];
+    const char *slash = strrchr(dst, '/');
+    int dir_len = slash ? (int)(slash - dst) + 1 : 0;
+    if (snprintf(tmp, sizeof tmp, "%.*s.lullstat-XXXXXX", dir_len, dst) >= (int)sizeof tmp)
+        return ENAMETOOLONG;
+    int out = mkostemp(tmp, O_CLOEXEC);
     if (out < 0) return errno;
     char buf[1 << 16];
-    int e = 0;
-    for (;;) {
+    int e = fchmod(out, 0600) == 0 ? 0 : errno; /* whatever the umask */
+    while (!e) {
         ssize_t n = read(src, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
@@ -1474,10 +1483,10 @@ static int copy_file(int src, const char *dst) {
             if (w < 0 && errno != EINTR) e = errno;
             if (w > 0) off += w;
         }
-        if (e) break;
     }
     if (close(out) != 0 && !e) e = errno;
-    if (e) unlink(dst);
+    if (!e && rename(tmp, dst) != 0) e = errno;
+    if (e) unlink(tmp);
     return e;
 }
 
@@ -1509,10 +1518,11 @@ static int take_profile(const char *src, uid_t uid, const char *file, off_t *siz
     if (e == 0 &&
         (lstat(file, &moved) != 0 || moved.st_dev != st.st_dev || moved.st_ino != st.st_ino)) {
         /* src was replaced between the check and the rename (its owner
-         * may): what was moved is not the profile checked. Removed, and
-         * the checked one copied from its descriptor. */
-        unlink(file);
+         * may): what was moved is not the profile checked. Replaced by a
+         * copy of the checked one, from its descriptor (or removed: it
+         * is not the profile). */
         e = copy_file(fd, file);
+        if (e) unlink(file);
     } else if (e == EXDEV) {
         e = copy_file(fd, file);
         if (e == 0) unlink(src);
