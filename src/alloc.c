@@ -320,10 +320,15 @@ __attribute__((always_inline)) static inline void *alloc_anywhere(size_t size, s
  * is where the heap profile's stacks start */
 __attribute__((always_inline)) static inline void *alloc_zeroable(size_t size, size_t alignment,
                                                                   bool *zeroed) {
-    if (__builtin_expect(lull_profile_interval_now() == 0, 1))
+    /* A thread without a heap yet may be making the process's first
+     * allocation, which reads the configuration: profiling may be on when
+     * it samples, so it sets the boundary too (without it, the first
+     * allocation's sample had lull_profile_sampled and alloc_in_heap on
+     * top: test_profile_first_alloc) */
+    lull_heap *h = lull_tl_heap;
+    if (__builtin_expect(lull_profile_interval_now() == 0, 1) && h != &lull_heap_empty)
         return alloc_anywhere(size, alignment, zeroed);
     /* a window ran out (lull_profile_next_window): no sample there */
-    lull_heap *h = lull_tl_heap;
     if (alignment == 1 && size <= 1024 && h->profile) {
         void *b = lull_profile_next_window(h, lull_class_of(size));
         if (b) {
