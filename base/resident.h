@@ -19,10 +19,21 @@
  * a new segment's header (numa/arena.c, before it maps one), a huge block
  * mapped, grown, or taken back purged from the cache (numa/huge.c,
  * reclaim/huge_cache.c), the warm reserve's prefault (reclaim/warm_reserve.c).
- * Two additions are not checked, and may pass it: a thread's heap (a thread
- * without one cannot free either) and a span owner taking back its parked
- * pages (the span is the owner's; refusing would strand its blocks). It
- * shrinks where memory is purged or unmapped. No fast path touches it. */
+ * Three additions are not checked, and may pass it: a thread's heap (a
+ * thread without one cannot free either; sizeof(lull_heap), 28 KiB on
+ * x86-64), a span owner taking back its parked pages (the span is the
+ * owner's; refusing would strand its blocks), and MADV_FREE'd memory whose
+ * purge again the kernel refused (a lazy slice run or cached huge block with
+ * a locked page, dirty again: it is resident whatever lull decides). So the
+ * estimate passes the limit by at most what these added since it was last
+ * within it: the parked pages purged at that time, 28 KiB a thread started
+ * since, and the refused lazy memory (probe of two threads at 64 MiB: at
+ * most 340 KiB, all parked pages and one heap). Besides, the warm reserve's
+ * hold and the runs it finishes count the same slices until its step gives
+ * the hold back: the figure passes the limit by up to the runs finished for
+ * that step, the memory it counts does not (and other growths are refused
+ * meanwhile). It shrinks where memory is purged or unmapped. No fast path
+ * touches it. */
 #ifndef LULL_RESIDENT_H
 #define LULL_RESIDENT_H
 

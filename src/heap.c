@@ -119,8 +119,8 @@ static lull_heap *heap_alloc_locked(void) {
     lull_heap *h = (lull_heap *)chunk_next;
     chunk_next += sz;
     atomic_fetch_add_explicit(&lull_heap_used_bytes, sz, memory_order_relaxed);
-    /* not checked against the heap limit (base/resident.h): a heap is a
-     * few KiB, and every allocation and remote free of a thread needs it */
+    /* not checked against the heap limit (base/resident.h): a heap is 28
+     * KiB, and every allocation and remote free of a thread needs it */
     lull_resident_add(sz);
     for (unsigned c = 0; c < LULL_CLASSES; c++)
         lull_heap_set_current(h, c, &lull_span_empty);

@@ -15,6 +15,8 @@
  * refused lazy runs, and a refused lazy run is due again (as a dirty one)
  * only a purge delay after its refusal, not at the next tick. */
 #define _GNU_SOURCE
+#include "base/config.h"
+#include "base/resident.h"
 #include "numa/arena.h"
 #include "lull.h"
 #include "reclaim/purge_backend.h"
@@ -149,4 +151,23 @@ Test(step_refused_lazy, a_refused_lazy_run_waits_a_purge_delay, .init = setup) {
     cr_assert_geq(refused, LOCKED, "the locked runs were purged: this kernel purges locked pages");
     cr_assert(!work && claimed_again == 0,
               "the refused lazy runs were claimed again at once (%u refusals more)", claimed_again);
+}
+
+/* A refused lazy run, dirty again, joins the resident estimate without a
+ * check (base/resident.h): its pages are resident whatever lull decides
+ * (the locked one for sure), so the estimate, an upper bound on RSS,
+ * counts them even past the heap limit. */
+Test(step_refused_lazy, a_refused_lazy_run_is_counted_past_the_limit, .init = setup) {
+    lazy_everywhere();
+    uint64_t before = lull_resident_bytes();
+    __atomic_store_n(&lull_config.heap_limit_bytes, (size_t)before, __ATOMIC_RELAXED);
+    lull_step_lazy(&b, &st, &a, 0, true);
+    uint64_t after = lull_resident_bytes();
+    __atomic_store_n(&lull_config.heap_limit_bytes, 0, __ATOMIC_RELAXED);
+    unlock_all();
+    cr_assert_geq(st.purge_failures, LOCKED,
+                  "the locked runs were purged: this kernel purges locked pages");
+    cr_assert_eq(after - before, (uint64_t)LOCKED << LULL_SLICE_SHIFT,
+                 "the estimate grew by %llu KiB, the refused runs are %d slices",
+                 (unsigned long long)(after - before) >> 10, LOCKED);
 }
