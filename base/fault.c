@@ -9,8 +9,9 @@
 _Atomic int lull_fault_armed[LULL_FAULT_COUNT];
 
 static const char *const fault_names[LULL_FAULT_COUNT] = {
-    "mmap",         "uring_setup", "uring_submit",  "uring_cqe", "process_madvise", "uffd",
-    "pagemap_scan", "shm_open",    "thread_create", "numa",      "collapse",        "purge_nomem",
+    "mmap",     "uring_setup",  "uring_submit",    "uring_cqe",     "process_madvise",
+    "uffd",     "pagemap_scan", "shm_open",        "thread_create", "numa",
+    "collapse", "purge_nomem",  "uring_no_worker",
 };
 
 void lull_fault_arm(lull_fault_point p, int n) {

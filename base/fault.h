@@ -24,6 +24,10 @@ typedef enum {
     /* a purge's kernel call (an io_uring completion, a process_madvise or
      * a madvise) fails with ENOMEM, as when the kernel is short of memory */
     LULL_FAULT_PURGE_NOMEM,
+    /* an io_uring madvise completion reports ECANCELED, as io-wq cancels a
+     * request when no worker could be started for it (RLIMIT_NPROC or
+     * pids.max reached, the kernel short of memory) */
+    LULL_FAULT_URING_NO_WORKER,
     LULL_FAULT_COUNT
 } lull_fault_point;
 
@@ -48,7 +52,7 @@ static inline bool lull_fault(lull_fault_point p) {
 void lull_fault_arm(lull_fault_point p, int n);
 /* Parse "name[:count],name..." (names: mmap, uring_setup, uring_submit,
  * uring_cqe, process_madvise, uffd, pagemap_scan, shm_open, thread_create,
- * numa, collapse, purge_nomem; no count: -1). An item with another name or
+ * numa, collapse, purge_nomem, uring_no_worker; no count: -1). An item with another name or
  * a count that is not a number from -1 up arms nothing and gets one
  * message. */
 void lull_fault_parse(const char *spec);

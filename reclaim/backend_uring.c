@@ -26,6 +26,7 @@ static unsigned reap(purge_backend *b, const purge_range *r, size_t n, int *res)
         int v = cqe->res;
         if (lull_fault(LULL_FAULT_URING_CQE)) v = -EOPNOTSUPP;
         if (v == 0 && lull_fault(LULL_FAULT_PURGE_NOMEM)) v = -ENOMEM;
+        if (v == 0 && lull_fault(LULL_FAULT_URING_NO_WORKER)) v = -ECANCELED;
         if (i < n) {
             res[i] = v;
             if (v == 0) purge_count_done(b, LULL_BACKEND_URING, 1, r[i].len);

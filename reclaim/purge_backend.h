@@ -13,7 +13,8 @@
  * Opening probes each mechanism with a harmless call on a scratch page and
  * settles on the best one that works. A mechanism that fails at run time
  * (submit error, or a completion that fails where the next mechanism
- * succeeds, unless with EAGAIN, EINTR or ENOMEM: purge_err_blames_mechanism)
+ * succeeds, unless with EAGAIN, EINTR, ENOMEM or ECANCELED:
+ * purge_err_blames_mechanism)
  * is dropped for good: the failed ranges are redone on the next mechanism
  * in the same call, so no range is left unpurged silently, and the reason
  * is kept in fallback_reason.
@@ -185,9 +186,17 @@ static inline bool purge_err_transient(int err) {
  * madvise's: a range not mapped (which the redo reports again) or the
  * kernel short of memory for a moment (a MADV_POPULATE_WRITE of the warm
  * reserve under memory pressure). A short spell of it gave io_uring up
- * for good (tests/test_backend.c, *_enomem_keeps_*). */
+ * for good (tests/test_backend.c, *_enomem_keeps_*). Nor ECANCELED: lull
+ * cancels no request and madvise never answers it; io-wq does, for every
+ * request queued while it has no worker and cannot start one
+ * (create_io_thread's EAGAIN, retried 3 times since 6.11 and in 6.1.y and
+ * 6.6.y stable: the user at RLIMIT_NPROC, the cgroup at pids.max; or
+ * ENOMEM). Seen on 6.18: the last worker left (its CPU taken out of the
+ * cpuset) while the user was at its RLIMIT_NPROC gave io_uring up for good
+ * (uring_no_worker_keeps_uring). While it lasts, each batch waits for
+ * io-wq's retries (about 30 ms) before its redo. */
 static inline bool purge_err_blames_mechanism(int err) {
-    return !purge_err_transient(err) && err != -ENOMEM;
+    return !purge_err_transient(err) && err != -ENOMEM && err != -ECANCELED;
 }
 
 #endif

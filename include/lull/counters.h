@@ -241,8 +241,9 @@ struct lull_counters {
     uint64_t purge_syscalls[LULL_COUNTERS_BACKEND_COUNT]; /* count */
     uint64_t purge_errors;        /* count: purge operations the kernel failed */
     uint64_t backend_fallbacks;   /* count: switches to a lower backend / mechanism (not
-                                   * for a range failed with EAGAIN, EINTR or ENOMEM:
-                                   * redone below, the backend kept) */
+                                   * for a range failed with EAGAIN, EINTR, ENOMEM or,
+                                   * on io_uring, ECANCELED (no io-wq worker could
+                                   * start): redone below, the backend kept) */
     uint64_t huge_unmapped;       /* count: huge blocks' mappings unmapped whole (by the
                                    * reclaim thread, or by the freeing thread under
                                    * inline_purge) */
