@@ -150,12 +150,16 @@ LULL_EXPORT int lull_defrag_query(const void *const *ptrs, size_t n, lull_defrag
 LULL_EXPORT void *lull_defrag_move(void *p);
 
 /* Sampled heap profile (profile_sample_kb, docs/heap-profile.md): write
- * the samples kept so far to `path` (created or truncated, mode 0600) as
- * a gzip-compressed pprof profile.proto with the sample types
- * alloc_objects, alloc_space, inuse_objects, inuse_space (the default),
- * peak_objects and peak_space, each an unbiased estimate of the real
- * figure. 0 on success; -1 with errno: EINVAL when profiling is off (or
- * path is NULL), or the error of creating or writing the file. */
+ * the samples kept so far to `path` as a gzip-compressed pprof
+ * profile.proto with the sample types alloc_objects, alloc_space,
+ * inuse_objects, inuse_space (the default), peak_objects and peak_space,
+ * each an unbiased estimate of the real figure. The profile is written
+ * into a new file next to path (.lull-profile-XXXXXX, mode 0600), renamed
+ * over path once whole: path is never opened, so a dump that fails leaves
+ * what path held, and a link there (hard or symbolic) is replaced, never
+ * written through. 0 on success; -1 with errno: EINVAL when profiling is
+ * off (or path is NULL), or the error of creating, writing or renaming
+ * the file (which is then removed). */
 LULL_EXPORT int lull_profile_dump(const char *path);
 
 /* In-process statistics; see lull/counters.h for the meaning of each field. */

@@ -32,10 +32,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -255,8 +259,35 @@ static int64_t rounded(double x) {
     return x <= 0 ? 0 : (int64_t)(x + 0.5);
 }
 
+/* A new file of the dump's own next to path (O_EXCL, mode 0600 whatever
+ * the umask), its name into tmp: the descriptor, or -1 with errno. */
+static int create_beside(const char *path, char *tmp, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    if (snprintf(tmp, cap, "%.*s.lull-profile-XXXXXX", dir_len, path) >= (int)cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd >= 0 && fchmod(fd, 0600) != 0) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+/* The profile is written into a file of its own and renamed over path
+ * once whole, so path is never opened: a dump that fails (a full disk,
+ * RLIMIT_FSIZE) leaves what path held (opened with O_TRUNC, it was left
+ * with the first bytes of the new profile), a hard link at path loses
+ * only that name (its other file was overwritten), and a symbolic link
+ * there is replaced, never followed (tests/test_profile_dump_file.c). */
 static int dump(const char *path) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    char tmp[PATH_MAX];
+    int fd = create_beside(path, tmp, sizeof tmp);
     if (fd < 0) return -1;
     bool was_inside = tl_in_profile;
     tl_in_profile = true;
@@ -289,6 +320,11 @@ static int dump(const char *path) {
         rc = -1;
         err = errno;
     }
+    if (rc == 0 && rename(tmp, path) != 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc != 0) unlink(tmp);
     tl_in_profile = was_inside;
     if (rc != 0) errno = err;
     return rc;

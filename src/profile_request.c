@@ -8,7 +8,8 @@
  * Invariant: lull writes a profile only into a file it has just created
  * itself (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600) in a directory where no
  * other user can remove or replace it (sticky, or writable by no one else),
- * so lull_profile_dump(), which opens the path again, opens that file. What
+ * so the file lull_profile_dump() renames over the path (a new one of its
+ * own, created exclusively next to it) replaces that file. What
  * lull finds at the name first is removed only when it is a regular file of
  * lull's own user (unlink removes a name: a hard link to another file of
  * ours loses only that name); anything else (a symbolic link, a FIFO,
